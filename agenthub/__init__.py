@@ -1,0 +1,41 @@
+"""agenthub: an asynchronous agentic RL environment hub for LLMs.
+
+Write an environment by subclassing `Env`, register it through the `agenthub.envs` entry-point
+group, check it with `agenthub.testing.check_env`, and build it anywhere with `make`.
+"""
+
+from agenthub._env import Env
+from agenthub._errors import (
+    AgentHubError,
+    CheckEnvError,
+    EnvNotFoundError,
+    NoTaskSourceError,
+    PluginLoadError,
+    RewardFuncError,
+    RewardModelError,
+)
+from agenthub._registry import list_envs, make, register, spec
+from agenthub._spec import EnvSpec
+from agenthub._types import Message, Observation, Step, Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentHubError",
+    "CheckEnvError",
+    "Env",
+    "EnvNotFoundError",
+    "EnvSpec",
+    "Message",
+    "NoTaskSourceError",
+    "Observation",
+    "PluginLoadError",
+    "RewardFuncError",
+    "RewardModelError",
+    "Step",
+    "Task",
+    "list_envs",
+    "make",
+    "register",
+    "spec",
+]

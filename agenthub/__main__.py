@@ -1,0 +1,5 @@
+import sys
+
+from agenthub.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""The environment contract every agenthub environment implements."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Generic
+
+import numpy as np
+
+from agenthub._errors import NoTaskSourceError
+from agenthub._types import ObsT, Step, Task
+
+if TYPE_CHECKING:
+    from agenthub._spec import EnvSpec
+
+__all__ = ["Env"]
+
+
+class Env(abc.ABC, Generic[ObsT]):
+    """An asynchronous, Gymnasium-style environment for language models.
+
+    One instance runs one episode at a time: `reset` starts an episode on a `Task`, each `step`
+    takes the model's whole reply as text and returns a `Step`. Many episodes run concurrently
+    as many instances, so an instance may keep per-episode state on `self` freely but must not
+    share mutable state with other instances except through objects built for concurrency.
+
+    Contract (checked by `agenthub.testing.check_env`):
+
+    - `reset` and `step` are coroutines and must never block the event loop: run CPU-heavy or
+      blocking work with `anyio.to_thread.run_sync` or in a process.
+    - Any string is a valid action. Malformed model output is answered with an observation and a
+      reward, not an exception. Raise only when the environment itself is broken; the episode
+      runner records the exception on the trajectory as a typed error.
+    - With the same task and seed, `reset` followed by the same actions yields the same
+      observations, rewards and flags.
+    - Both methods are cancellation-safe: if cancelled part-way, the instance can still be
+      `reset` and `aclose`d, and nothing it started (processes, containers) is left running.
+    - `aclose` releases everything and may be called more than once.
+    - Tasks, observations and `info` are JSON-serialisable.
+
+    Construct environments through `agenthub.make`, which sets `spec` so a Ray worker can
+    rebuild the same environment from JSON.
+    """
+
+    spec: EnvSpec | None = None
+    _np_random: np.random.Generator | None = None
+
+    @abc.abstractmethod
+    async def reset(self, task: Task, *, seed: int | None = None) -> tuple[ObsT, dict[str, Any]]:
+        """Start a new episode on `task` and return the first observation and an info dict.
+
+        The observation is what the environment adds after the task's prompt, often an empty
+        list. When `seed` is given, call `self.reseed(seed)` and draw randomness only from
+        `self.np_random`, so that episodes replay exactly.
+        """
+
+    @abc.abstractmethod
+    async def step(self, action: str) -> Step[ObsT]:
+        """Apply the model's reply and return the environment's answer.
+
+        Set `terminated` when the episode ends by its own logic and `truncated` when a budget
+        ends it. Calling `step` after the episode ended, or before `reset`, is a usage error.
+        """
+
+    async def aclose(self) -> None:
+        """Release resources (connections, sandboxes, processes). Idempotent."""
+        return None
+
+    def tasks(self, split: str = "train") -> Iterable[Task]:
+        """The environment's own tasks for `split` (conventionally `train` or `held_out`).
+
+        Environments without a task source of their own leave this as is; tasks then come
+        from a dataset file given on the command line.
+        """
+        raise NoTaskSourceError(
+            f"{type(self).__name__} has no built-in tasks for split {split!r}; "
+            "pass a task file (JSONL) instead."
+        )
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The episode's random generator, seeded by `reseed` (from entropy until then)."""
+        if self._np_random is None:
+            self._np_random = np.random.default_rng()
+        return self._np_random
+
+    def reseed(self, seed: int | None) -> None:
+        """Reseed `np_random`; `None` draws fresh entropy."""
+        self._np_random = np.random.default_rng(seed)
+
+    @property
+    def unwrapped(self) -> Env[Any]:
+        """The innermost environment beneath any wrappers."""
+        return self
+
+    def __str__(self) -> str:
+        return (
+            f"<{type(self).__name__}<{self.spec.id}>>" if self.spec else f"<{type(self).__name__}>"
+        )

@@ -1,0 +1,47 @@
+"""The exceptions agenthub raises. Each message says what was wrong and what to do."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgentHubError",
+    "CheckEnvError",
+    "EnvNotFoundError",
+    "NoTaskSourceError",
+    "PluginLoadError",
+    "RewardFuncError",
+    "RewardModelError",
+]
+
+
+class AgentHubError(Exception):
+    """Base class of every error agenthub raises on purpose."""
+
+
+class EnvNotFoundError(AgentHubError, LookupError):
+    """No environment is registered under the requested id."""
+
+
+class PluginLoadError(AgentHubError, ImportError):
+    """An environment's entry point could not be imported or does not export an `Env`."""
+
+
+class NoTaskSourceError(AgentHubError):
+    """The environment has no tasks of its own for the requested split."""
+
+
+class CheckEnvError(AgentHubError, AssertionError):
+    """`agenthub.testing.check_env` found the environment breaking the contract."""
+
+    def __init__(self, env_name: str, problems: list[str]) -> None:
+        self.env_name = env_name
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{env_name} breaks the agenthub Env contract:\n{lines}")
+
+
+class RewardFuncError(AgentHubError):
+    """A user reward function raised, or returned something that is not a reward."""
+
+
+class RewardModelError(AgentHubError):
+    """A remote reward model could not be reached or answered something unusable."""

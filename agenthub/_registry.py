@@ -1,0 +1,144 @@
+"""Environment ids -> `EnvSpec`s, from `register` calls and the `agenthub.envs` entry points.
+
+Nothing is imported until an environment is made: entry points are read from package metadata
+only, and an environment's module is imported by `make` (or by `load_entry_point`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic import JsonValue, TypeAdapter, ValidationError
+
+from agenthub._env import Env
+from agenthub._errors import EnvNotFoundError, PluginLoadError
+from agenthub._spec import EnvSpec
+
+__all__ = ["ENTRY_POINT_GROUP", "list_envs", "load_entry_point", "make", "register", "spec"]
+
+ENTRY_POINT_GROUP = "agenthub.envs"
+
+_registered: dict[str, EnvSpec] = {}
+_discovered: dict[str, EnvSpec] | None = None
+_json_kwargs = TypeAdapter(dict[str, JsonValue])
+
+
+def register(id: str, entry_point: str, *, override: bool = False, **kwargs: JsonValue) -> EnvSpec:
+    """Register an environment under `id` in this process.
+
+    `entry_point` is `"package.module:Attr"`; `kwargs` become the spec's defaults. Plugin
+    packages normally declare an entry point in the `agenthub.envs` group instead, so they are
+    found without any import; `register` is for scripts, notebooks and tests.
+    """
+    if not override and id in _registered:
+        raise ValueError(
+            f"environment {id!r} is already registered to {_registered[id].entry_point}; "
+            "pass override=True to replace it"
+        )
+    new = EnvSpec(id=id, entry_point=entry_point, kwargs=kwargs)
+    _registered[id] = new
+    return new
+
+
+def _entry_point_specs() -> dict[str, EnvSpec]:
+    global _discovered
+    if _discovered is None:
+        found: dict[str, EnvSpec] = {}
+        duplicates: dict[str, list[str]] = {}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            package = ep.dist.name if ep.dist is not None else None
+            if ep.name in found:
+                duplicates.setdefault(ep.name, [str(found[ep.name].package)]).append(str(package))
+                continue
+            found[ep.name] = EnvSpec(id=ep.name, entry_point=ep.value, package=package)
+        for name, packages in duplicates.items():
+            raise PluginLoadError(
+                f"environment id {name!r} is declared by several installed packages "
+                f"({', '.join(packages)}) in the {ENTRY_POINT_GROUP!r} entry-point group; "
+                "uninstall one or rename its entry point"
+            )
+        _discovered = found
+    return _discovered
+
+
+def _refresh() -> None:
+    """Forget discovered entry points (after installing a plugin in a running process)."""
+    global _discovered
+    _discovered = None
+
+
+def list_envs() -> list[EnvSpec]:
+    """Every known environment, sorted by id; in-process registrations shadow entry points."""
+    merged = {**_entry_point_specs(), **_registered}
+    return [merged[k] for k in sorted(merged)]
+
+
+def spec(id: str) -> EnvSpec:
+    """The `EnvSpec` registered under `id`."""
+    if id in _registered:
+        return _registered[id]
+    found = _entry_point_specs()
+    if id in found:
+        return found[id]
+    known = ", ".join(s.id for s in list_envs()) or "none"
+    raise EnvNotFoundError(
+        f"no environment {id!r}; known environments: {known}. Install the plugin package that "
+        f"provides it (it must declare an entry point in the {ENTRY_POINT_GROUP!r} group) or "
+        "call agenthub.register()."
+    )
+
+
+def _describe(spec: EnvSpec) -> str:
+    where = f"package {spec.package!r}, " if spec.package else ""
+    return f"environment {spec.id!r} ({where}entry point '{spec.id} = {spec.entry_point}')"
+
+
+def load_entry_point(spec: EnvSpec) -> Callable[..., Any]:
+    """Import and return the `Attr` that `spec.entry_point` names."""
+    module_name, _, attr_path = spec.entry_point.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr_path.split("."):
+            target = getattr(target, part)
+    except Exception as exc:
+        raise PluginLoadError(
+            f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. The entry point "
+            "must name 'module:Attr' where Attr is an agenthub.Env subclass or a function "
+            "returning an agenthub.Env; check that the package is installed in this Python "
+            "and imports cleanly."
+        ) from exc
+    if not callable(target):
+        raise PluginLoadError(
+            f"{_describe(spec)} names {type(target).__name__} object, which is not callable; "
+            "it must export an agenthub.Env subclass or a function returning an agenthub.Env."
+        )
+    return target  # type: ignore[no-any-return]
+
+
+def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
+    """Build the environment registered under `id` (or described by an `EnvSpec`).
+
+    `kwargs` override the spec's defaults. When they are all JSON the returned env's `spec`
+    records them, so `make(env.spec)` rebuilds the same environment anywhere; an env made with
+    non-JSON arguments (a Python callable, say) has `spec = None`.
+    """
+    base = id if isinstance(id, EnvSpec) else spec(id)
+    factory = load_entry_point(base)
+    arguments = {**base.kwargs, **kwargs}
+    try:
+        env = factory(**arguments)
+    except TypeError as exc:
+        raise TypeError(f"{_describe(base)} could not be built with {arguments}: {exc}") from exc
+    if not isinstance(env, Env):
+        raise PluginLoadError(
+            f"{_describe(base)} returned {type(env).__name__}, not an agenthub.Env; the entry "
+            "point must name an agenthub.Env subclass or a function returning an agenthub.Env."
+        )
+    try:
+        env.spec = base.with_kwargs(**_json_kwargs.validate_python(kwargs))
+    except ValidationError:
+        env.spec = None
+    return env

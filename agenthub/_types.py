@@ -1,0 +1,89 @@
+"""The messages that travel between an environment and the rest of agenthub."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+__all__ = ["Message", "Observation", "Step", "Task"]
+
+
+class Message(BaseModel):
+    """One chat message: what a model said, or what an environment says back."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+Observation = list[Message] | str
+"""What an environment adds to the conversation: chat messages, or raw text for
+text-completion environments. An environment never sees token ids."""
+
+ObsT = TypeVar("ObsT")
+
+
+class Task(BaseModel):
+    """One problem to pose to the model.
+
+    `prompt` is the opening of the conversation: plain text or chat messages. `label` is whatever
+    the environment needs to score an answer (a reference answer, unit tests, ...); it must be
+    JSON so tasks can be stored, shipped to Ray workers and replayed. `metadata` is JSON too and
+    is carried into trajectories untouched.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    prompt: str | tuple[Message, ...]
+    label: JsonValue = None
+    metadata: dict[str, JsonValue] = {}
+
+    def messages(self) -> list[Message]:
+        """The prompt as chat messages (a text prompt becomes one user message)."""
+        if isinstance(self.prompt, str):
+            return [Message(role="user", content=self.prompt)]
+        return list(self.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class Step(Generic[ObsT]):
+    """What `Env.step` returns. Unpacks like Gymnasium's 5-tuple.
+
+    - `observation`: the environment's reply to append to the conversation (may be empty).
+    - `reward`: this step's reward; the episode return is the sum over steps. Must be finite.
+    - `terminated`: the episode reached a natural end (answer given, game won or lost).
+    - `truncated`: the episode was cut short from outside its own logic (turn or token budget).
+    - `info`: free-form JSON diagnostics for people; nothing the trainer needs travels here.
+    - `score`: the task score used for filtering and pass@k, when it differs from `reward`
+      (OpenRLHF's `scores`). `None` means "same as the reward".
+    - `extra_logs`: numbers to log per trajectory (OpenRLHF's `extra_logs`).
+    """
+
+    observation: ObsT
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: Mapping[str, Any] = field(default_factory=dict)
+    score: float | None = None
+    extra_logs: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.reward, int | float) or isinstance(self.reward, bool):
+            raise TypeError(f"Step.reward must be a float, got {type(self.reward).__name__}")
+        if not math.isfinite(self.reward):
+            raise ValueError(f"Step.reward must be finite, got {self.reward}")
+        object.__setattr__(self, "reward", float(self.reward))
+
+    @property
+    def done(self) -> bool:
+        """True when the episode is over, for either reason."""
+        return self.terminated or self.truncated
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.observation, self.reward, self.terminated, self.truncated, self.info))

@@ -1,0 +1,106 @@
+"""Small environments used by the unit tests: one that keeps the contract, and ways to break it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from agenthub import Env, Message, Step, Task
+
+
+class CountdownEnv(Env[list[Message]]):
+    """Say a number; the env counts down from the task's label and ends at zero."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+        self.remaining: int | None = None
+        self.closed = 0
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        for i in range(3):
+            yield Task(id=f"{split}-{i}", prompt="Count down with me.", label=i + 2)
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.reseed(seed)
+        await anyio.sleep(self.delay_s)
+        assert isinstance(task.label, int)
+        self.remaining = task.label
+        return [Message(role="user", content=f"Start at {self.remaining}.")], {}
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        await anyio.sleep(self.delay_s)
+        if self.remaining is None:
+            raise RuntimeError("reset first")
+        self.remaining -= 1
+        noise = int(self.np_random.integers(0, 1000))
+        return Step(
+            [Message(role="user", content=f"{self.remaining} (noise {noise})")],
+            reward=1.0 if self.remaining == 0 else 0.0,
+            terminated=self.remaining == 0,
+            info={"remaining": self.remaining},
+        )
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+class EndlessEnv(CountdownEnv):
+    async def step(self, action: str) -> Step[list[Message]]:
+        return Step([], 0.0)
+
+
+class UnseededEnv(CountdownEnv):
+    def reseed(self, seed: int | None) -> None:
+        super().reseed(None)
+
+
+class BadInfoEnv(CountdownEnv):
+    async def step(self, action: str) -> Step[list[Message]]:
+        step = await super().step(action)
+        return Step(step.observation, step.reward, step.terminated, info={"obj": object()})
+
+
+class RaisingEnv(CountdownEnv):
+    async def step(self, action: str) -> Step[list[Message]]:
+        if action == "":
+            raise ValueError("cannot parse an empty reply")
+        return await super().step(action)
+
+
+class WrongObservationEnv(CountdownEnv):
+    async def reset(self, task: Task, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        await super().reset(task, seed=seed)
+        return {"text": "hi"}, {}
+
+
+class CloseOnceEnv(CountdownEnv):
+    async def aclose(self) -> None:
+        if self.closed:
+            raise RuntimeError("already closed")
+        self.closed += 1
+
+
+class BrokenAfterCancelEnv(CountdownEnv):
+    """Marks itself busy across an await and never clears the flag if cancelled there."""
+
+    busy = False
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        if self.busy:
+            raise RuntimeError("reset while busy")
+        self.busy = True
+        await anyio.lowlevel.checkpoint()
+        result = await super().reset(task, seed=seed)
+        self.busy = False
+        return result
+
+
+def factory_returning(value: object) -> Any:
+    return value

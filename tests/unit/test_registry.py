@@ -1,0 +1,85 @@
+from collections.abc import Iterator
+
+import pytest
+
+import agenthub
+from agenthub import EnvNotFoundError, EnvSpec, PluginLoadError, make, register, spec
+from agenthub._registry import _registered
+
+from ._envs import CountdownEnv
+
+
+@pytest.fixture(autouse=True)
+def clean_registry() -> Iterator[None]:
+    before = dict(_registered)
+    yield
+    _registered.clear()
+    _registered.update(before)
+
+
+def test_builtin_envs_come_from_the_entry_point_group() -> None:
+    found = spec("reward_func")
+    assert found.package == "agenthub"
+    assert found.entry_point == "agenthub.envs.reward_func:RewardFuncEnv"
+
+
+def test_register_make_and_rebuild_from_json_spec() -> None:
+    register("countdown", "tests.unit._envs:CountdownEnv", delay_s=0.0)
+    env = make("countdown", delay_s=0.01)
+    assert isinstance(env, CountdownEnv) and env.delay_s == 0.01
+    assert env.spec is not None and env.spec.kwargs == {"delay_s": 0.01}
+    rebuilt = make(EnvSpec.model_validate_json(env.spec.model_dump_json()))
+    assert isinstance(rebuilt, CountdownEnv) and rebuilt.delay_s == 0.01
+    assert "countdown" in [s.id for s in agenthub.list_envs()]
+
+
+def test_non_json_kwargs_build_but_leave_no_spec() -> None:
+    register("countdown", "tests.unit._envs:CountdownEnv")
+    env = make("countdown", delay_s=0.0)
+    assert env.spec is not None
+    env = make(
+        EnvSpec(id="fn", entry_point="tests.unit._envs:factory_returning"), value=CountdownEnv()
+    )
+    assert isinstance(env, CountdownEnv) and env.spec is None
+
+
+def test_registering_twice_needs_override() -> None:
+    register("countdown", "tests.unit._envs:CountdownEnv")
+    with pytest.raises(ValueError, match="already registered"):
+        register("countdown", "tests.unit._envs:EndlessEnv")
+    register("countdown", "tests.unit._envs:EndlessEnv", override=True)
+    assert spec("countdown").entry_point.endswith("EndlessEnv")
+
+
+def test_unknown_id_lists_known_envs_and_says_how_to_fix() -> None:
+    with pytest.raises(EnvNotFoundError, match=r"no environment 'nope'.*reward_func.*entry point"):
+        make("nope")
+
+
+@pytest.mark.parametrize(
+    ("entry_point", "message"),
+    [
+        ("no_such_module_xyz:Env", r"failed to load: ModuleNotFoundError.*must name 'module:Attr'"),
+        ("tests.unit._envs:Missing", r"failed to load: AttributeError"),
+        ("tests.unit._envs:__doc__", r"not callable"),
+    ],
+)
+def test_bad_entry_points_name_the_entry_point_and_what_to_export(
+    entry_point: str, message: str
+) -> None:
+    register("bad", entry_point)
+    with pytest.raises(PluginLoadError, match=message) as info:
+        make("bad")
+    assert f"'bad = {entry_point}'" in str(info.value)
+
+
+def test_factory_returning_a_non_env_is_rejected() -> None:
+    register("weird", "tests.unit._envs:factory_returning", value=3)
+    with pytest.raises(PluginLoadError, match="returned int, not an agenthub.Env"):
+        make("weird")
+
+
+def test_wrong_arguments_name_the_env() -> None:
+    register("countdown", "tests.unit._envs:CountdownEnv")
+    with pytest.raises(TypeError, match="environment 'countdown'.*could not be built"):
+        make("countdown", colour="red")
