@@ -1,0 +1,266 @@
+"""The conformance checker for the `Env` contract."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from agenthub._env import Env
+from agenthub._errors import CheckEnvError, NoTaskSourceError
+from agenthub._registry import make
+from agenthub._spec import EnvSpec
+from agenthub._types import Message, Step, Task
+
+DEFAULT_ACTIONS: tuple[str, ...] = (
+    "",
+    "I think the answer is 42.",
+    "```python\nprint('hello')\n```",
+    "\\boxed{7}",
+    "\x00\ufffd\U0001f600 not what you expected \n\n\t",
+)
+"""Replies a model might plausibly produce; any env must answer them without raising."""
+
+EnvLike = Env[Any] | Callable[[], Env[Any]] | str
+
+
+def check_env(
+    env: EnvLike,
+    *,
+    tasks: Sequence[Task] | None = None,
+    actions: Sequence[str] = DEFAULT_ACTIONS,
+    seed: int = 0,
+    max_steps: int = 32,
+    timeout_s: float = 60.0,
+) -> None:
+    """Check that `env` keeps the `agenthub.Env` contract; raise `CheckEnvError` if not.
+
+    `env` is an instance, a zero-argument factory, or a registered id. The checker plays a few
+    episodes with `actions` (cycled) on `tasks` (by default the env's first two `train`
+    tasks) and checks: types of everything returned, JSON-serialisable tasks, observations and
+    info, that episodes end within `max_steps`, that the same seed and actions replay the same
+    episode, that a cancelled `reset` or `step` leaves the env usable, that `aclose` is
+    idempotent, and that `env.spec` round-trips through JSON. Call it from a plain (sync) test;
+    inside a running event loop use `acheck_env`.
+    """
+    anyio.run(
+        lambda: acheck_env(
+            env,
+            tasks=tasks,
+            actions=actions,
+            seed=seed,
+            max_steps=max_steps,
+            timeout_s=timeout_s,
+        )
+    )
+
+
+@dataclass(frozen=True)
+class _Turn:
+    observation: Any
+    reward: float
+    terminated: bool
+    truncated: bool
+
+
+async def acheck_env(
+    env: EnvLike,
+    *,
+    tasks: Sequence[Task] | None = None,
+    actions: Sequence[str] = DEFAULT_ACTIONS,
+    seed: int = 0,
+    max_steps: int = 32,
+    timeout_s: float = 60.0,
+) -> None:
+    """The async twin of `check_env`."""
+    instance = make(env) if isinstance(env, str) else env if isinstance(env, Env) else env()
+    checker = _Checker(instance, list(actions), max_steps, timeout_s)
+    try:
+        await checker.run(seed, tasks)
+    finally:
+        if not checker.closed and isinstance(instance, Env):
+            await checker.check_aclose()
+    if checker.problems:
+        raise CheckEnvError(str(instance), checker.problems)
+
+
+class _Checker:
+    def __init__(self, env: Any, actions: list[str], max_steps: int, timeout_s: float) -> None:
+        self.env = env
+        self.actions = actions
+        self.max_steps = max_steps
+        self.timeout_s = timeout_s
+        self.problems: list[str] = []
+        self.closed = False
+
+    def fail(self, problem: str) -> None:
+        self.problems.append(problem)
+
+    async def run(self, seed: int, tasks: Sequence[Task] | None) -> None:
+        if not isinstance(self.env, Env):
+            self.fail(f"{type(self.env).__name__} is not a subclass of agenthub.Env")
+            return
+        self.check_spec(self.env.spec)
+        picked = self.pick_tasks(tasks)
+        for task in picked:
+            first = await self.episode(task, seed)
+            if first is None:
+                return
+            again = await self.episode(task, seed)
+            if again is not None and again != first:
+                self.fail(
+                    f"task {task.id!r}: two episodes with seed={seed} and the same actions "
+                    f"differed: {_first_difference(first, again)}. Draw randomness only from "
+                    "self.np_random after self.reseed(seed)."
+                )
+        if picked:
+            await self.check_cancellation(picked[0], seed)
+        await self.check_aclose()
+
+    def check_spec(self, spec: EnvSpec | None) -> None:
+        if spec is None:
+            return
+        try:
+            back = EnvSpec.model_validate_json(spec.model_dump_json())
+        except ValueError as exc:
+            self.fail(f"env.spec does not survive a JSON round trip: {exc}")
+            return
+        if back != spec:
+            self.fail(f"env.spec changes in a JSON round trip: {spec!r} -> {back!r}")
+
+    def pick_tasks(self, tasks: Sequence[Task] | None) -> list[Task]:
+        if tasks is None:
+            try:
+                tasks = list(itertools.islice(self.env.tasks("train"), 2))
+            except NoTaskSourceError:
+                self.fail("the env has no tasks of its own; pass tasks=[Task(...)] to check_env")
+                return []
+            if not tasks:
+                self.fail("env.tasks('train') yielded no tasks")
+        for task in tasks:
+            if not isinstance(task, Task):
+                self.fail(f"env.tasks() yielded {type(task).__name__}, not agenthub.Task")
+                return []
+            if Task.model_validate_json(task.model_dump_json()) != task:
+                self.fail(f"task {task.id!r} changes in a JSON round trip")
+        return list(tasks)
+
+    async def guarded(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
+        try:
+            with anyio.fail_after(self.timeout_s):
+                return True, await call()
+        except TimeoutError:
+            self.fail(f"{what} did not return within {self.timeout_s:g} s")
+        except Exception as exc:
+            self.fail(f"{what} raised {type(exc).__name__}: {exc}")
+        return False, None
+
+    async def episode(self, task: Task, seed: int) -> list[_Turn] | None:
+        ok, reset = await self.guarded(
+            f"reset(task {task.id!r})", lambda: self.env.reset(task, seed=seed)
+        )
+        if not ok or not self.check_reset(reset):
+            return None
+        turns = [_Turn(reset[0], 0.0, False, False)]
+        for n, action in zip(range(self.max_steps), itertools.cycle(self.actions)):
+            ok, result = await self.guarded(
+                f"step #{n + 1} of task {task.id!r} with action {action[:40]!r}",
+                lambda a=action: self.env.step(a),  # type: ignore[misc]
+            )
+            if not ok or not self.check_step(result):
+                return None
+            turns.append(
+                _Turn(result.observation, result.reward, result.terminated, result.truncated)
+            )
+            if result.terminated or result.truncated:
+                return turns
+        self.fail(
+            f"task {task.id!r}: the episode did not end within {self.max_steps} steps; end it "
+            "with terminated=True, or wrap the env in agenthub.wrappers.TurnLimit"
+        )
+        return None
+
+    def check_reset(self, value: Any) -> bool:
+        if not (isinstance(value, tuple) and len(value) == 2):
+            self.fail(f"reset must return (observation, info), got {type(value).__name__}")
+            return False
+        observation, info = value
+        return self.check_observation("reset", observation) and self.check_info("reset", info)
+
+    def check_step(self, value: Any) -> bool:
+        if not isinstance(value, Step):
+            self.fail(f"step must return agenthub.Step, got {type(value).__name__}")
+            return False
+        good = self.check_observation("step", value.observation)
+        good &= self.check_info("step", value.info)
+        for flag in ("terminated", "truncated"):
+            if not isinstance(getattr(value, flag), bool):
+                self.fail(f"Step.{flag} must be a bool, got {getattr(value, flag)!r}")
+                good = False
+        if value.score is not None and not _finite(value.score):
+            self.fail(f"Step.score must be a finite float or None, got {value.score!r}")
+            good = False
+        bad_logs = {k: v for k, v in value.extra_logs.items() if not _finite(v)}
+        if bad_logs:
+            self.fail(f"Step.extra_logs values must be finite numbers, got {bad_logs!r}")
+            good = False
+        return good
+
+    def check_observation(self, where: str, observation: Any) -> bool:
+        if isinstance(observation, str):
+            return True
+        if isinstance(observation, list) and all(isinstance(m, Message) for m in observation):
+            return True
+        self.fail(
+            f"{where} returned an observation of type {type(observation).__name__}; it must be "
+            "a list of agenthub.Message or a str"
+        )
+        return False
+
+    def check_info(self, where: str, info: Any) -> bool:
+        if not isinstance(info, Mapping):
+            self.fail(f"{where} info must be a dict, got {type(info).__name__}")
+            return False
+        try:
+            json.dumps(dict(info))
+        except (TypeError, ValueError) as exc:
+            self.fail(f"{where} info is not JSON-serialisable: {exc}")
+            return False
+        return True
+
+    async def check_cancellation(self, task: Task, seed: int) -> None:
+        with anyio.move_on_after(0):
+            await self.env.reset(task, seed=seed)
+        if await self.episode(task, seed) is None:
+            self.fail("the env was not usable again after a cancelled reset()")
+            return
+        ok, _ = await self.guarded("reset", lambda: self.env.reset(task, seed=seed))
+        if ok:
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await self.env.step(self.actions[0])
+            if await self.episode(task, seed) is None:
+                self.fail("the env was not usable again after a cancelled step()")
+
+    async def check_aclose(self) -> None:
+        self.closed = True
+        for attempt in ("first", "second"):
+            ok, _ = await self.guarded(f"the {attempt} aclose()", self.env.aclose)
+            if not ok:
+                return
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _first_difference(a: list[_Turn], b: list[_Turn]) -> str:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"turn {i}: {x} vs {y}"
+    return f"lengths {len(a)} vs {len(b)}"

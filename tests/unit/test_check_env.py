@@ -1,0 +1,50 @@
+import pytest
+
+from agenthub import CheckEnvError, Env, Task
+from agenthub.testing import check_env
+from agenthub.wrappers import TurnLimit
+
+from . import _envs
+
+
+def test_a_good_env_passes_as_instance_factory_and_wrapped() -> None:
+    check_env(_envs.CountdownEnv())
+    check_env(lambda: _envs.CountdownEnv(delay_s=0.001))
+    check_env(TurnLimit(_envs.EndlessEnv(), max_turns=5))
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (_envs.EndlessEnv(), "did not end within 32 steps.*TurnLimit"),
+        (_envs.UnseededEnv(), "two episodes with seed=0 .* differed.*np_random"),
+        (_envs.BadInfoEnv(), "step info is not JSON-serialisable"),
+        (_envs.RaisingEnv(), "step #1 .* raised ValueError: cannot parse an empty reply"),
+        (_envs.WrongObservationEnv(), "observation of type dict"),
+        (_envs.CloseOnceEnv(), "the second aclose\\(\\) raised RuntimeError"),
+        (_envs.BrokenAfterCancelEnv(), "not usable again after a cancelled reset"),
+    ],
+)
+def test_contract_breaches_are_reported_with_a_fix(env: Env, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(CheckEnvError, match=message):
+        check_env(env)
+
+
+def test_env_without_tasks_needs_tasks_given() -> None:
+    class NoTasks(_envs.CountdownEnv):
+        def tasks(self, split: str = "train"):  # type: ignore[no-untyped-def]
+            return Env.tasks(self, split)
+
+    with pytest.raises(CheckEnvError, match="pass tasks="):
+        check_env(NoTasks())
+    check_env(NoTasks(), tasks=[Task(id="x", prompt="p", label=2)])
+
+
+def test_not_an_env_is_reported() -> None:
+    with pytest.raises(CheckEnvError, match="not a subclass of agenthub.Env"):
+        check_env(lambda: object())  # type: ignore[arg-type,return-value]
+
+
+def test_slow_env_times_out_instead_of_hanging() -> None:
+    with pytest.raises(CheckEnvError, match="did not return within 0.05 s"):
+        check_env(_envs.CountdownEnv(delay_s=1.0), timeout_s=0.05)
