@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from agenthub._env import Env
+from agenthub._types import Message, Observation, Step, Task
+from agenthub.envs._tasks import read_jsonl_tasks
+from agenthub.envs.reward_func._function import RewardFunction, load_reward_func
+from agenthub.envs.reward_func._output import RewardOutput
+from agenthub.envs.reward_func._remote import RemoteRewardModel
+
+
+def render_plain(task: Task) -> str:
+    """The prompt as text: a text prompt as is, chat messages as `role: content` lines."""
+    if isinstance(task.prompt, str):
+        return task.prompt
+    return "".join(f"{m.role}: {m.content}\n" for m in task.prompt) + "assistant: "
+
+
+class RewardFuncEnv(Env[Observation]):
+    """Single-turn: the model answers once and a reward function scores the answer.
+
+    Give exactly one scorer:
+
+    - `reward_func`: a path to a Python file defining OpenRLHF's `reward_func`, or a callable
+      with the same batch signature;
+    - `remote_rm_url`: one URL or a list of URLs of reward servers speaking the OpenRLHF
+      protocol. As in OpenRLHF, a `.py` path given here is treated as a reward file.
+
+    Tasks come from JSONL files: `dataset` (split `train`) and `eval_dataset` (`held_out`),
+    with the prompt under `input_key` and the label under `label_key`. `queries` passed to the
+    scorer are the rendered prompt followed by the response; `prompts` are the rendered
+    prompts (chat prompts render as `role: content` lines).
+    """
+
+    def __init__(
+        self,
+        reward_func: str | Callable[..., Any] | None = None,
+        remote_rm_url: str | list[str] | None = None,
+        *,
+        dataset: str | None = None,
+        eval_dataset: str | None = None,
+        input_key: str = "prompt",
+        label_key: str = "label",
+        rm_timeout_s: float = 30.0,
+        rm_max_retries: int = 3,
+    ) -> None:
+        if isinstance(remote_rm_url, str) and remote_rm_url.endswith(".py"):
+            reward_func, remote_rm_url = remote_rm_url, None
+        if (reward_func is None) == (remote_rm_url is None):
+            raise ValueError(
+                "reward_func env needs exactly one of reward_func=PATH_OR_CALLABLE or "
+                "remote_rm_url=URL(s)"
+            )
+        self._function: RewardFunction | None = None
+        self._remote: RemoteRewardModel | None = None
+        if remote_rm_url is not None:
+            self._remote = RemoteRewardModel(
+                remote_rm_url, timeout_s=rm_timeout_s, max_retries=rm_max_retries
+            )
+        elif isinstance(reward_func, str):
+            self._function = load_reward_func(reward_func)
+        else:
+            assert reward_func is not None
+            self._function = RewardFunction(reward_func)
+        self._datasets = {"train": dataset, "held_out": eval_dataset}
+        self._input_key = input_key
+        self._label_key = label_key
+        self._task: Task | None = None
+        self._prompt = ""
+
+    def tasks(self, split: str = "train") -> Iterable[Task]:
+        path = self._datasets.get(split)
+        if path is None:
+            return super().tasks(split)
+        return read_jsonl_tasks(path, input_key=self._input_key, label_key=self._label_key)
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        self._task = task
+        self._prompt = render_plain(task)
+        empty: Observation = "" if isinstance(task.prompt, str) else list[Message]()
+        return empty, {}
+
+    async def step(self, action: str) -> Step[Observation]:
+        task = self._task
+        if task is None:
+            raise RuntimeError("step() called before reset() or after the episode ended")
+        self._task = None
+        output = await self._score([self._prompt + action], [self._prompt], [task.label], task)
+        reward, score, extra_logs = output.sample(0)
+        empty: Observation = "" if isinstance(task.prompt, str) else list[Message]()
+        return Step(empty, reward, terminated=True, score=score, extra_logs=extra_logs)
+
+    async def _score(
+        self, queries: list[str], prompts: list[str], labels: list[Any], task: Task
+    ) -> RewardOutput:
+        if self._remote is not None:
+            return await self._remote.score(queries, prompts, labels)
+        assert self._function is not None
+        return await self._function.ascore(
+            queries, prompts, labels, sample_names=[f"task {task.id!r}"]
+        )
+
+    async def aclose(self) -> None:
+        self._task = None
+        if self._remote is not None:
+            await self._remote.aclose()
