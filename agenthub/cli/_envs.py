@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from agenthub._errors import AgentHubError, CheckEnvError, PluginLoadError
+from agenthub._registry import list_envs, load_entry_point, make
+from agenthub._spec import EnvSpec
+
+
+def describe(spec: EnvSpec) -> tuple[str, bool]:
+    """The first line of the env's docstring, or the load error; and whether it loaded."""
+    try:
+        target = load_entry_point(spec)
+    except PluginLoadError as exc:
+        return str(exc), False
+    doc = (target.__doc__ or "").strip()
+    return (doc.splitlines()[0] if doc else ""), True
+
+
+def list_command(args: argparse.Namespace) -> int:
+    specs = list_envs()
+    rows = [(s, *describe(s)) for s in specs]
+    if args.json:
+        for s, text, ok in rows:
+            print(
+                json.dumps(
+                    {
+                        "id": s.id,
+                        "package": s.package,
+                        "entry_point": s.entry_point,
+                        "description": text if ok else None,
+                        "error": None if ok else text,
+                    }
+                )
+            )
+        return 0 if all(ok for *_, ok in rows) else 1
+    table = Table(title=f"{len(specs)} environments", title_justify="left")
+    table.add_column("id", style="bold")
+    table.add_column("package")
+    table.add_column("description")
+    for s, text, ok in rows:
+        table.add_row(s.id, s.package or "(registered)", text if ok else f"[red]{text}[/red]")
+    Console(soft_wrap=False).print(table)
+    return 0 if all(ok for *_, ok in rows) else 1
+
+
+def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise AgentHubError(f"argument {pair!r} must look like KEY=VALUE")
+        try:
+            kwargs[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            kwargs[key] = raw
+    return kwargs
+
+
+def check_command(args: argparse.Namespace) -> int:
+    from agenthub.envs._tasks import read_jsonl_tasks
+    from agenthub.testing import check_env
+
+    env = make(args.env_id, **parse_kwargs(args.kwargs))
+    tasks = list(read_jsonl_tasks(args.tasks))[:2] if args.tasks else None
+    console = Console(stderr=True)
+    try:
+        check_env(env, tasks=tasks)
+    except CheckEnvError as exc:
+        console.print(f"[red]FAIL[/red] {exc}")
+        return 1
+    console.print(f"[green]OK[/green] {args.env_id} keeps the agenthub Env contract")
+    return 0

@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from agenthub._errors import AgentHubError
+
+Handler = Callable[[argparse.Namespace], int]
+
+# Commands whose implementation arrives with a later part of agenthub. They exist now so the
+# command tree is stable, and say plainly that they do nothing yet.
+_PLANNED = {
+    "eval": "evaluate a model on an environment (vLLM in-process or an OpenAI-compatible server)",
+    "repl": "step through an environment by hand, as a person or with a model",
+    "train": "train a model on an environment with asynchronous off-policy RL",
+    "model": "build the embedded default model (`agenthub model init`)",
+    "sandbox": "build the sandbox image and run code in the sandbox",
+    "serve-rm": "serve a reward function or reward model over the OpenRLHF HTTP protocol",
+    "bench": "run the benchmarks under benchmarks/",
+}
+
+
+def _planned(name: str) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        print(
+            f"agenthub {name}: not available in agenthub {_version()} yet; nothing was run.\n"
+            "It is planned; see the README's 'Status' section for what works today.",
+            file=sys.stderr,
+        )
+        return 2
+
+    return run
+
+
+def _version() -> str:
+    from agenthub import __version__
+
+    return __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agenthub",
+        description="Write, check, debug, evaluate and train on LLM environments.",
+    )
+    parser.add_argument("--version", action="version", version=f"agenthub {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    for group in ("envs", "env"):
+        envs = commands.add_parser(
+            group,
+            help="list, check and scaffold environments" if group == "envs" else "alias of envs",
+        )
+        actions = envs.add_subparsers(dest="action", metavar="ACTION", required=True)
+        listing = actions.add_parser("list", help="list installed environments")
+        listing.add_argument("--json", action="store_true", help="print JSON lines")
+        listing.set_defaults(handler=_lazy("agenthub.cli._envs", "list_command"))
+        check = actions.add_parser("check", help="run agenthub.testing.check_env on an env")
+        check.add_argument("env_id", metavar="ID")
+        check.add_argument(
+            "kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
+        )
+        check.add_argument("--tasks", metavar="FILE", help="JSONL task file to check with")
+        check.set_defaults(handler=_lazy("agenthub.cli._envs", "check_command"))
+        init = actions.add_parser("init", help="scaffold a plugin package for a new env")
+        init.add_argument("name", help="environment id and package name, e.g. guess-number")
+        init.add_argument("--dir", default=None, help="where to create it (default: ./NAME)")
+        init.set_defaults(handler=_lazy("agenthub.cli._scaffold", "init_command"))
+
+    for name, summary in _PLANNED.items():
+        planned = commands.add_parser(name, help=f"{summary} (planned)")
+        planned.set_defaults(handler=_planned(name), accepts_anything=True)
+    return parser
+
+
+def _lazy(module: str, attr: str) -> Handler:
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        handler: Handler = getattr(importlib.import_module(module), attr)
+        return handler(args)
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "accepts_anything", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except AgentHubError as exc:
+        print(f"agenthub: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("agenthub: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agenthub.cli import main
+from agenthub.cli._main import _PLANNED
+from agenthub.cli._scaffold import scaffold
+
+
+def agenthub(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agenthub", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_help_lists_every_command() -> None:
+    result = agenthub("--help")
+    assert result.returncode == 0
+    for command in ("envs", "eval", "repl", "train", "model", "sandbox", "serve-rm", "bench"):
+        assert command in result.stdout
+
+
+def test_envs_list_shows_builtins_with_package_and_description(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["envs", "list", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["reward_func"]["package"] == "agenthub"
+    assert by_id["reward_func"]["description"].startswith("Single-turn")
+    assert main(["env", "list"]) == 0
+    assert "reward_func" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(_PLANNED))
+def test_planned_commands_fail_clearly_instead_of_pretending(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--env", "code_exec"]) == 2
+    assert "not available" in capsys.readouterr().err
+
+
+def test_envs_check_passes_and_fails_with_exit_codes(
+    fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "nan.jsonl").write_text('{"prompt": "p", "label": "nan"}\n')
+    good = main(
+        [
+            "envs",
+            "check",
+            "reward_func",
+            f"reward_func={fixtures / 'reward_plain.py'}",
+            "--tasks",
+            str(fixtures / "tasks.jsonl"),
+        ]
+    )
+    assert good == 0 and "keeps the agenthub Env contract" in capsys.readouterr().err
+    bad = main(
+        [
+            "envs",
+            "check",
+            "reward_func",
+            f"reward_func={fixtures / 'reward_broken.py'}",
+            "--tasks",
+            str(tmp_path / "nan.jsonl"),
+        ]
+    )
+    assert bad == 1 and "must be a finite number" in capsys.readouterr().err
+
+
+def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:
+    result = agenthub("envs", "check", "no_such_env")
+    assert result.returncode == 1
+    assert result.stderr.startswith("agenthub: error: no environment 'no_such_env'")
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_key_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["envs", "check", "reward_func", "oops"]) == 1
+    assert "must look like KEY=VALUE" in capsys.readouterr().err
+
+
+def test_scaffold_writes_a_package_with_entry_point(tmp_path: Path) -> None:
+    written = scaffold("my-game", tmp_path / "pkg")
+    names = sorted(str(p.relative_to(tmp_path / "pkg")) for p in written)
+    assert names == [
+        "README.md",
+        "pyproject.toml",
+        "src/my_game/__init__.py",
+        "src/my_game/env.py",
+        "tests/test_env.py",
+    ]
+    pyproject = (tmp_path / "pkg" / "pyproject.toml").read_text()
+    assert '[project.entry-points."agenthub.envs"]\nmy-game = "my_game.env:MyGameEnv"' in pyproject
+    for path in written:
+        if path.suffix == ".py":
+            compile(path.read_text(), str(path), "exec")
+
+
+@pytest.mark.parametrize("name", ["My Game", "1st", "a--b", "", "x/y"])
+def test_scaffold_rejects_bad_names(
+    tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["env", "init", name, "--dir", str(tmp_path / "x")]) == 1
+    assert "not a valid environment name" in capsys.readouterr().err
+
+
+def test_scaffold_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    assert main(["env", "init", "game", "--dir", str(tmp_path)]) == 1
+    assert "already exists and is not empty" in capsys.readouterr().err
+    assert (tmp_path / "keep.txt").read_text() == "mine"

@@ -1,0 +1,67 @@
+"""The core, the built-in envs and the CLI never import the heavy training stack."""
+
+import subprocess
+import sys
+import textwrap
+
+import agenthub
+
+BLOCKED = ("torch", "vllm", "ray", "deepspeed", "transformers")
+
+PROBE = textwrap.dedent(
+    f"""
+    import importlib.abc, sys, time
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {BLOCKED!r}:
+                raise ImportError(f"blocked heavy import: {{name}}")
+
+    sys.meta_path.insert(0, Block())
+    start = time.perf_counter()
+    import agenthub, agenthub.testing, agenthub.wrappers, agenthub.cli
+    import agenthub.envs.reward_func
+    from agenthub.cli._main import build_parser
+    build_parser()
+    agenthub.make("reward_func", reward_func=lambda q, p, l: [1.0])
+    from agenthub.testing import check_env
+    print(sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r}))
+    """
+)
+
+
+def test_core_imports_with_heavy_libraries_blocked() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_does_not_import_heavy_libraries() -> None:
+    code = "import sys, contextlib\nfrom agenthub.cli import main\n"
+    code += "with contextlib.suppress(SystemExit):\n    main(['--help'])\n"
+    code += f"print(sorted(m for m in sys.modules if m.split('.')[0] in {BLOCKED!r}))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_public_names_are_exported_and_exist() -> None:
+    import agenthub.envs.reward_func as reward_func
+    import agenthub.testing as testing
+    import agenthub.wrappers as wrappers
+
+    for module in (agenthub, testing, wrappers, reward_func):
+        assert sorted(module.__all__) == sorted(set(module.__all__))
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name} is in __all__ but missing"
+        public = {n for n in vars(module) if not n.startswith("_") and not _is_module(module, n)}
+        assert public <= set(module.__all__) | {"annotations"}, public - set(module.__all__)
+
+
+def _is_module(module: object, name: str) -> bool:
+    import types
+
+    return isinstance(getattr(module, name), types.ModuleType)
