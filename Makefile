@@ -1,0 +1,37 @@
+# Entry points for developers and CI; `make test` is what .ci/run runs.
+VENV ?= $(or $(AGENTHUB_VENV),.venv)
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+TRAIN_ARGS ?=
+export AGENTHUB_VENV := $(VENV)
+
+.DEFAULT_GOAL := help
+# Prerequisites run in the order written: the venv must exist before lint and pytest use it.
+.NOTPARALLEL:
+.PHONY: help setup lint test test-unit train clean
+
+help: ## list the targets
+	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+setup: ## Debian packages, a running dockerd, the venv (AGENTHUB_SETUP=light: no torch/vLLM)
+	bash scripts/setup.sh
+
+lint: ## ruff check, ruff format --check, mypy
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# pytest exits 5 when it collects nothing; that fails here like any other non-zero code.
+test: setup lint ## setup, lint, then every test (PYTEST_ARGS=... to narrow)
+	$(BIN)/python -m pytest $(PYTEST_ARGS) \
+		|| { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
+
+test-unit: setup ## unit tests only, no integration or smoke tests
+	$(BIN)/python -m pytest -m "not integration and not smoke" $(PYTEST_ARGS)
+
+train: setup ## train on the code_exec environment (TRAIN_ARGS=... for more options)
+	$(BIN)/agenthub train --env code_exec $(TRAIN_ARGS)
+
+clean: ## remove caches and build outputs (keeps the venv and runs/)
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
