@@ -6,6 +6,7 @@ group, check it with `agenthub.testing.check_env`, and build it anywhere with `m
 
 from agenthub._env import Env
 from agenthub._errors import (
+    AgentFuncError,
     AgentHubError,
     CheckEnvError,
     EnvNotFoundError,
@@ -21,6 +22,7 @@ from agenthub._types import Message, Observation, Step, Task
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentFuncError",
     "AgentHubError",
     "CheckEnvError",
     "Env",

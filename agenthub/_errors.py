@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AgentFuncError",
     "AgentHubError",
     "CheckEnvError",
     "EnvNotFoundError",
@@ -37,6 +38,10 @@ class CheckEnvError(AgentHubError, AssertionError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{env_name} breaks the agenthub Env contract:\n{lines}")
+
+
+class AgentFuncError(AgentHubError):
+    """An OpenRLHF agent file could not be loaded, raised, or returned something unusable."""
 
 
 class RewardFuncError(AgentHubError):

@@ -11,6 +11,13 @@ from pydantic import ValidationError
 from agenthub._types import Message, Task
 
 
+def render_plain(task: Task) -> str:
+    """The prompt as text: a text prompt as is, chat messages as `role: content` lines."""
+    if isinstance(task.prompt, str):
+        return task.prompt
+    return "".join(f"{m.role}: {m.content}\n" for m in task.prompt) + "assistant: "
+
+
 def read_jsonl_tasks(
     path: str | Path, *, input_key: str = "prompt", label_key: str | None = "label"
 ) -> Iterator[Task]:

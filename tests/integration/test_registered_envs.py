@@ -20,6 +20,10 @@ BUILTIN_ARGS: dict[str, dict[str, Any]] = {
         "reward_func": str(FIXTURES / "reward_plain.py"),
         "dataset": str(FIXTURES / "tasks.jsonl"),
     },
+    "openrlhf_agent": {
+        "agent_func": str(FIXTURES / "agent_func_new.py"),
+        "dataset": str(FIXTURES / "tasks.jsonl"),
+    },
 }
 
 

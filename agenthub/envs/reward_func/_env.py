@@ -5,17 +5,10 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Observation, Step, Task
-from agenthub.envs._tasks import read_jsonl_tasks
+from agenthub.envs._tasks import read_jsonl_tasks, render_plain
 from agenthub.envs.reward_func._function import RewardFunction, load_reward_func
 from agenthub.envs.reward_func._output import RewardOutput
 from agenthub.envs.reward_func._remote import RemoteRewardModel
-
-
-def render_plain(task: Task) -> str:
-    """The prompt as text: a text prompt as is, chat messages as `role: content` lines."""
-    if isinstance(task.prompt, str):
-        return task.prompt
-    return "".join(f"{m.role}: {m.content}\n" for m in task.prompt) + "assistant: "
 
 
 class RewardFuncEnv(Env[Observation]):

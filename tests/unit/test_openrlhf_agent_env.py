@@ -1,0 +1,124 @@
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agenthub import AgentFuncError, Task, make
+from agenthub.testing import check_env
+
+pytestmark = pytest.mark.anyio
+
+
+def test_current_style_agent_file_keeps_the_contract(fixtures: Path) -> None:
+    check_env(
+        lambda: make(
+            "openrlhf_agent",
+            agent_func=str(fixtures / "agent_func_new.py"),
+            dataset=str(fixtures / "tasks.jsonl"),
+        )
+    )
+
+
+async def test_multi_turn_text_flows_as_in_openrlhf(fixtures: Path) -> None:
+    env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_new.py"))
+    observation, _ = await env.reset(Task(id="t", prompt="Q: 2+3? A:", label="5"))
+    assert observation == ""
+    first = await env.step(" 4")
+    assert (first.observation, first.reward, first.done) == (
+        "\nuser: wrong, try again\nassistant: ",
+        0.0,
+        False,
+    )
+    second = await env.step(" 5")
+    assert (second.reward, second.score, second.terminated) == (1.0, 1.0, True)
+    assert second.extra_logs == {"turn": 2.0}
+    with pytest.raises(RuntimeError, match="after the episode ended"):
+        await env.step("again")
+    await env.aclose()
+    await env.aclose()
+
+
+async def test_blocking_agents_do_not_stall_each_other(fixtures: Path) -> None:
+    async def episode(i: int) -> float:
+        env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_blocking.py"))
+        try:
+            await env.reset(Task(id=str(i), prompt="p"))
+            return (await env.step("x")).reward
+        finally:
+            await env.aclose()
+
+    rewards: list[float] = []
+    start = time.monotonic()
+    async with anyio.create_task_group() as group:
+        for i in range(8):
+            group.start_soon(lambda i=i: _append(rewards, episode(i)))
+    assert rewards == [0.5] * 8
+    assert time.monotonic() - start < 8 * 0.3, "blocking steps must run side by side"
+    assert not [t for t in threading.enumerate() if t.name.startswith("openrlhf-agent-")]
+
+
+async def _append(out: list[float], coroutine) -> None:  # type: ignore[no-untyped-def]
+    out.append(await coroutine)
+
+
+async def test_agent_exceptions_become_agent_func_errors(fixtures: Path) -> None:
+    env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_blocking.py"))
+    await env.reset(Task(id="t", prompt="p", label="raise"))
+    with pytest.raises(
+        AgentFuncError, match="AgentInstance step raised RuntimeError: tool crashed"
+    ):
+        await env.step("x")
+    await env.aclose()
+
+
+async def test_cancelled_step_leaves_env_usable(fixtures: Path) -> None:
+    env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_blocking.py"))
+    await env.reset(Task(id="t", prompt="p"))
+    with anyio.move_on_after(0.05):
+        await env.step("x")
+    await env.reset(Task(id="t", prompt="p"))
+    assert (await env.step("x")).reward == 0.5
+    await env.aclose()
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("x = 1\n", "defines no AgentInstance class"),
+        ("import not_installed_thing\n", "raised ModuleNotFoundError"),
+        (
+            "from openrlhf.utils.agent import AgentInstanceBase\n"
+            "class AgentInstance(AgentInstanceBase):\n"
+            "    async def reset(self, states, **kw):\n        return {'observation': 'other'}\n"
+            "    async def step(self, states, **kw):\n        return {}\n",
+            "must return {'observation': text} where the text starts with the prompt",
+        ),
+        (
+            "from openrlhf.utils.agent import AgentInstanceBase\n"
+            "class AgentInstance(AgentInstanceBase):\n"
+            "    async def step(self, states, **kw):\n        return {'done': True}\n",
+            "must return a dict with 'rewards'",
+        ),
+        (
+            "from openrlhf.utils.agent import AgentInstanceBase\n"
+            "class AgentInstance(AgentInstanceBase):\n"
+            "    async def step(self, states, **kw):\n"
+            "        return {'rewards': 'high', 'environment_feedback': '', 'done': True}\n",
+            "rewards\\[0\\] = 'high'",
+        ),
+    ],
+)
+async def test_broken_agent_files_give_clear_errors(
+    tmp_path: Path, source: str, message: str
+) -> None:
+    path = tmp_path / "agent_func.py"
+    path.write_text(source)
+    with pytest.raises(AgentFuncError, match=message):
+        env = make("openrlhf_agent", agent_func=str(path))
+        try:
+            await env.reset(Task(id="t", prompt="p"))
+            await env.step("x")
+        finally:
+            await env.aclose()
