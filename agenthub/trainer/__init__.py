@@ -1,0 +1,22 @@
+"""The learner side: advantage estimators, off-policy correction and the policy loss.
+
+Importing this package imports torch; the core and the environments never do.
+"""
+
+from agenthub.trainer._advantages import ESTIMATORS, advantages, filter_groups, gae
+from agenthub.trainer._importance import IMPORTANCE_MODES, ImportanceWeights, importance_weights
+from agenthub.trainer._loss import KL_ESTIMATORS, PolicyLoss, kl_divergence, policy_loss
+
+__all__ = [
+    "ESTIMATORS",
+    "IMPORTANCE_MODES",
+    "KL_ESTIMATORS",
+    "ImportanceWeights",
+    "PolicyLoss",
+    "advantages",
+    "filter_groups",
+    "gae",
+    "importance_weights",
+    "kl_divergence",
+    "policy_loss",
+]

@@ -1,0 +1,82 @@
+"""The clipped policy-gradient loss and KL estimators."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+KL_ESTIMATORS: dict[str, KLFn] = {
+    # log pi - log pi_ref, per token (Schulman's k1, k2, k3)
+    "k1": lambda logp, ref: logp - ref,
+    "k2": lambda logp, ref: 0.5 * (logp - ref) ** 2,
+    "k3": lambda logp, ref: torch.expm1(ref - logp) - (ref - logp),
+}
+
+
+def kl_divergence(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str = "k3"
+) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) estimates, 0 where mask is 0."""
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(
+            f"unknown KL estimator {estimator!r}; choose one of {sorted(KL_ESTIMATORS)}"
+        )
+    return KL_ESTIMATORS[estimator](logprobs, ref_logprobs) * mask.to(logprobs.dtype)
+
+
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    loss: torch.Tensor
+    clip_fraction: float
+    approx_kl: float
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    weights: torch.Tensor | None = None,
+    aggregation: Aggregation = "token-mean",
+    max_tokens: int | None = None,
+) -> PolicyLoss:
+    """PPO-clip with separate low/high epsilon, per token, times off-policy `weights`.
+
+    `advantages` is [batch] (one per sequence) or [batch, tokens]. Aggregations:
+    `token-mean` averages over all model tokens of the batch; `seq-mean-token-mean` averages
+    per sequence, then over sequences; `seq-mean-token-sum-norm` (Dr. GRPO) sums per sequence
+    and divides by `max_tokens` (default: the padded length), then averages over sequences.
+    """
+    m = mask.to(logprobs.dtype)
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
+    ratio = (logprobs - old_logprobs).exp()
+    unclipped = -adv * ratio
+    clipped = -adv * ratio.clamp(1 - eps_low, 1 + eps_high)
+    per_token = torch.maximum(unclipped, clipped)
+    if weights is not None:
+        per_token = per_token * weights
+    per_token = per_token * m
+    if aggregation == "token-mean":
+        loss = per_token.sum() / m.sum().clamp_min(1)
+    elif aggregation == "seq-mean-token-mean":
+        loss = (per_token.sum(dim=1) / m.sum(dim=1).clamp_min(1)).mean()
+    elif aggregation == "seq-mean-token-sum-norm":
+        loss = (per_token.sum(dim=1) / (max_tokens or per_token.shape[1])).mean()
+    else:
+        raise ValueError(f"unknown aggregation {aggregation!r}")
+    with torch.no_grad():
+        total = m.sum().clamp_min(1)
+        clip_fraction = float(((clipped > unclipped).to(m.dtype) * m).sum() / total)
+        approx_kl = float((0.5 * (logprobs - old_logprobs) ** 2 * m).sum() / total)
+    return PolicyLoss(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)
