@@ -6,6 +6,7 @@ Importing this package imports torch; the core and the environments never do.
 from agenthub.trainer._advantages import ESTIMATORS, advantages, filter_groups, gae
 from agenthub.trainer._importance import IMPORTANCE_MODES, ImportanceWeights, importance_weights
 from agenthub.trainer._loss import KL_ESTIMATORS, PolicyLoss, kl_divergence, policy_loss
+from agenthub.trainer._queue import TrajectoryQueue
 
 __all__ = [
     "ESTIMATORS",
@@ -13,6 +14,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "ImportanceWeights",
     "PolicyLoss",
+    "TrajectoryQueue",
     "advantages",
     "filter_groups",
     "gae",

@@ -1,0 +1,55 @@
+"""TrajectoryQueue on a real local Ray instance."""
+
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+ray = pytest.importorskip("ray", reason="the trainer needs the train extra")
+
+from agenthub.trainer import TrajectoryQueue  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+async def test_batches_cross_in_order_and_fullness_pushes_back(local_ray: None) -> None:
+    queue: TrajectoryQueue[dict[str, int]] = TrajectoryQueue(maxsize=4)
+    await queue.put_batch([{"i": 0}, {"i": 1}, {"i": 2}])
+    with pytest.raises(TimeoutError, match="stayed full"):
+        await queue.put_batch([{"i": 3}, {"i": 4}], timeout_s=0.2)
+    assert [x["i"] for x in await queue.get_batch(2)] == [0, 1]
+    await queue.put_batch([{"i": 3}, {"i": 4}])
+    assert [x["i"] for x in await queue.get_batch(10)] == [2, 3, 4]
+    with pytest.raises(TimeoutError, match="no trajectory arrived"):
+        await queue.get_batch(1, timeout_s=0.2)
+    with pytest.raises(ValueError, match="can never fit"):
+        await queue.put_batch([{"i": 0}] * 5)
+    queue.shutdown()
+
+
+async def test_a_blocked_producer_resumes_when_the_consumer_takes(local_ray: None) -> None:
+    queue: TrajectoryQueue[int] = TrajectoryQueue(maxsize=8)
+    got: list[int] = []
+
+    async def produce() -> None:
+        for start in range(0, 40, 4):
+            await queue.put_batch(list(range(start, start + 4)), timeout_s=30)
+
+    async def consume() -> None:
+        while len(got) < 40:
+            got.extend(await queue.get_batch(5, timeout_s=30))
+            await anyio.sleep(0.01)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(produce)
+            group.start_soon(consume)
+    assert got == list(range(40))
+    queue.shutdown()
