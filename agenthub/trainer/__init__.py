@@ -4,7 +4,9 @@ Importing this package imports torch; the core and the environments never do.
 """
 
 from agenthub.trainer._advantages import ESTIMATORS, advantages, filter_groups, gae
+from agenthub.trainer._batch import TrainBatch, token_logprobs
 from agenthub.trainer._importance import IMPORTANCE_MODES, ImportanceWeights, importance_weights
+from agenthub.trainer._learner import Learner, LearnerConfig
 from agenthub.trainer._loss import KL_ESTIMATORS, PolicyLoss, kl_divergence, policy_loss
 from agenthub.trainer._queue import TrajectoryQueue
 
@@ -13,7 +15,10 @@ __all__ = [
     "IMPORTANCE_MODES",
     "KL_ESTIMATORS",
     "ImportanceWeights",
+    "Learner",
+    "LearnerConfig",
     "PolicyLoss",
+    "TrainBatch",
     "TrajectoryQueue",
     "advantages",
     "filter_groups",
@@ -21,4 +26,5 @@ __all__ = [
     "importance_weights",
     "kl_divergence",
     "policy_loss",
+    "token_logprobs",
 ]

@@ -1,0 +1,66 @@
+"""Padded tensors for one learner step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """Sequences right-padded to one length; every per-token tensor is aligned with
+    `input_ids` (position t holds the value for token t; token 0 is never trained on)."""
+
+    input_ids: torch.Tensor  # [B, T] long
+    attention_mask: torch.Tensor  # [B, T] 1 on real tokens
+    loss_mask: torch.Tensor  # [B, T] 1 on tokens the model sampled
+    rollout_logprobs: torch.Tensor  # [B, T] the rollout engine's logprobs, 0 where mask is 0
+    advantages: torch.Tensor  # [B] per sequence, or [B, T] per token
+
+    @classmethod
+    def collate(
+        cls,
+        tokens: Sequence[Sequence[int]],
+        loss_masks: Sequence[Sequence[int]],
+        rollout_logprobs: Sequence[Sequence[float]],
+        advantages: Sequence[float] | torch.Tensor,
+        *,
+        pad_id: int = 0,
+    ) -> TrainBatch:
+        if not tokens:
+            raise ValueError("a train batch needs at least one sequence")
+        width = max(len(t) for t in tokens)
+        ids = torch.full((len(tokens), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(tokens), width), dtype=torch.long)
+        mask = torch.zeros((len(tokens), width), dtype=torch.long)
+        logprobs = torch.zeros((len(tokens), width), dtype=torch.float32)
+        for i, (t, m, lp) in enumerate(zip(tokens, loss_masks, rollout_logprobs, strict=True)):
+            if not len(t) == len(m) == len(lp):
+                raise ValueError(f"sequence {i}: tokens, loss mask and logprobs differ in length")
+            ids[i, : len(t)] = torch.tensor(t)
+            attention[i, : len(t)] = 1
+            mask[i, : len(t)] = torch.tensor(m)
+            logprobs[i, : len(t)] = torch.tensor(lp)
+        mask[:, 0] = 0  # nothing predicts the first token
+        return cls(ids, attention, mask, logprobs, torch.as_tensor(advantages, dtype=torch.float32))
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def slice(self, start: int, stop: int) -> TrainBatch:
+        return TrainBatch(
+            self.input_ids[start:stop],
+            self.attention_mask[start:stop],
+            self.loss_mask[start:stop],
+            self.rollout_logprobs[start:stop],
+            self.advantages[start:stop],
+        )
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """log p(token t | tokens < t), aligned with `input_ids` (position 0 gets 0)."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))

@@ -1,0 +1,134 @@
+"""The DeepSpeed learner on CPU (gloo) with a tiny Qwen2 built locally."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the learner needs the train extra")
+pytest.importorskip("deepspeed", reason="the learner needs the train extra")
+
+from agenthub.trainer import Learner, LearnerConfig, TrainBatch, token_logprobs  # noqa: E402
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+PROMPT = [5, 6, 7, 8]
+GOOD = [20, 21, 22, 23, 24]
+BAD = [30, 31, 32, 33, 34]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    yield path
+
+
+def batch(learner: Learner | None, model_path: Path, advantages: list[float]) -> TrainBatch:
+    tokens = [PROMPT + GOOD, PROMPT + BAD]
+    masks = [[0] * len(PROMPT) + [1] * len(GOOD)] * 2
+    plain = TrainBatch.collate(tokens, masks, [[0.0] * 9] * 2, advantages)
+    rollout = response_logprobs(learner, model_path, plain)
+    return TrainBatch.collate(tokens, masks, rollout.tolist(), advantages)
+
+
+def response_logprobs(learner: Learner | None, model_path: Path, b: TrainBatch) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path)
+    if learner is not None:
+        model.load_state_dict(learner.state_dict())
+    with torch.no_grad():
+        logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits
+    return token_logprobs(logits, b.input_ids) * b.loss_mask
+
+
+@pytest.mark.parametrize("zero_stage", [0, 3])
+def test_steps_raise_good_and_lower_bad_sequences(tiny_model: Path, zero_stage: int) -> None:
+    learner = Learner(tiny_model, LearnerConfig(zero_stage=zero_stage, lr=1e-2, micro_batch_size=1))
+    before = batch(learner, tiny_model, [1.0, -1.0])
+    for _ in range(4):
+        metrics = learner.step(batch(learner, tiny_model, [1.0, -1.0]))
+    after = response_logprobs(learner, tiny_model, before)
+    good_gain = float((after[0] - before.rollout_logprobs[0]).sum())
+    bad_gain = float((after[1] - before.rollout_logprobs[1]).sum())
+    assert good_gain > 0.5 and bad_gain < -0.5
+    assert {"loss", "clip_fraction", "is_clipped", "is_masked", "grad_norm"} <= set(metrics)
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert learner.steps == 4
+
+
+def test_zero_stages_take_the_same_first_step(tiny_model: Path) -> None:
+    results = []
+    for stage in (0, 2, 3):
+        learner = Learner(tiny_model, LearnerConfig(zero_stage=stage, lr=1e-3, micro_batch_size=2))
+        metrics = learner.step(batch(None, tiny_model, [1.0, -1.0]))
+        results.append((metrics["loss"], learner.state_dict()))
+    (loss0, sd0), *others = results
+    for loss, sd in others:
+        assert loss == pytest.approx(loss0, rel=1e-5)
+        assert sd.keys() == sd0.keys()
+        for key in sd0:
+            torch.testing.assert_close(sd[key], sd0[key], atol=1e-5, rtol=1e-4)
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model: Path) -> None:
+    states = []
+    for micro in (1, 2):
+        learner = Learner(
+            tiny_model,
+            LearnerConfig(
+                zero_stage=0, lr=1e-3, micro_batch_size=micro, aggregation="seq-mean-token-mean"
+            ),
+        )
+        learner.step(batch(None, tiny_model, [1.0, -0.5]))
+        states.append(learner.state_dict())
+    for key in states[0]:
+        torch.testing.assert_close(states[0][key], states[1][key], atol=1e-5, rtol=1e-4)
+
+
+def test_off_policy_tokens_are_corrected_and_reported(tiny_model: Path) -> None:
+    learner = Learner(
+        tiny_model,
+        LearnerConfig(zero_stage=0, importance_mode="icepop", micro_batch_size=2, kl_coef=0.1),
+    )
+    b = batch(None, tiny_model, [1.0, -1.0])
+    stale = TrainBatch(
+        b.input_ids,
+        b.attention_mask,
+        b.loss_mask,
+        b.rollout_logprobs - 3.0 * b.loss_mask,
+        b.advantages,
+    )
+    metrics = learner.step(stale)
+    assert metrics["is_masked"] == pytest.approx(1.0), "every token is e^3 off: all masked"
+    assert metrics["kl"] == pytest.approx(0.0, abs=1e-6), "policy equals reference at step 0"
+
+
+def test_checkpoint_round_trip_restores_weights_and_step(tiny_model: Path, tmp_path: Path) -> None:
+    learner = Learner(tiny_model, LearnerConfig(zero_stage=2, lr=1e-2, micro_batch_size=2))
+    learner.step(batch(None, tiny_model, [1.0, -1.0]))
+    learner.save_checkpoint(tmp_path / "ckpt", tag="step-1")
+    saved = learner.state_dict()
+    learner.step(batch(None, tiny_model, [1.0, -1.0]))
+
+    restored = Learner(tiny_model, LearnerConfig(zero_stage=2, lr=1e-2, micro_batch_size=2))
+    restored.load_checkpoint(tmp_path / "ckpt")
+    assert restored.steps == 1
+    for key, value in restored.state_dict().items():
+        torch.testing.assert_close(value, saved[key])
+    with pytest.raises(FileNotFoundError, match="no learner checkpoint"):
+        restored.load_checkpoint(tmp_path / "empty")
