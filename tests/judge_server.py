@@ -81,11 +81,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the default backlog of 5 drops connects from concurrent tests
+
+
 @contextmanager
 def judge_server(script: JudgeScript | None = None) -> Iterator[tuple[str, JudgeScript]]:
     """Yields the base URL (`http://127.0.0.1:PORT/v1`) and the script."""
     script = script or JudgeScript()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server = _Server(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     server.script = script  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -173,7 +173,11 @@ class _Batcher:
             for entry in batch:
                 if not entry.future.done():
                     entry.future.set_exception(
-                        exc if isinstance(exc, Exception) else RewardModelError("cancelled")
+                        exc
+                        if isinstance(exc, Exception)
+                        else RewardModelError(
+                            "the reward batch was cancelled: the event loop is shutting down"
+                        )
                     )
             if not isinstance(exc, Exception):
                 raise
