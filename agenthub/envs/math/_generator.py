@@ -36,6 +36,13 @@ def _plain(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value}"
 
 
+def _reduce(numerator: int, denominator: int) -> str:
+    """`n/d`, followed by its lowest terms when they differ: `6/8 = 3/4`, `3/4`, `8/4 = 2`."""
+    value = _plain(Fraction(numerator, denominator))
+    written = f"{numerator}/{denominator}"
+    return written if value == written else f"{written} = {value}"
+
+
 def arithmetic(rng: np.random.Generator) -> Problem:
     op = rng.choice(["+", "-", "*", "+*"])
     a, b = (int(x) for x in rng.integers(2, 50, size=2))
@@ -66,12 +73,12 @@ def fractions(rng: np.random.Generator) -> Problem:
     value = x + y if op == "+" else x - y if op == "-" else x * y
     question = f"What is {a}/{b} {op} {c}/{d}? Write the answer as a fraction in lowest terms."
     if op == "*":
-        work = f"{a}/{b} * {c}/{d} = {a * c}/{b * d} = {_plain(value)}."
+        work = f"{a}/{b} * {c}/{d} = {_reduce(a * c, b * d)}."
     else:
         den = b * d // np.gcd(b, d)
         p, q = a * (den // b), c * (den // d)
         raw = p + q if op == "+" else p - q
-        work = f"{a}/{b} {op} {c}/{d} = {p}/{den} {op} {q}/{den} = {raw}/{den} = {_plain(value)}."
+        work = f"{a}/{b} {op} {c}/{d} = {p}/{den} {op} {q}/{den} = {_reduce(raw, den)}."
     answer = _latex(value)
     return question, answer, f"{work} \\boxed{{{answer}}}"
 
