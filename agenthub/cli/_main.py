@@ -16,7 +16,6 @@ _PLANNED = {
     "train": "train a model on an environment with asynchronous off-policy RL",
     "model": "build the embedded default model (`agenthub model init`)",
     "sandbox": "build the sandbox image and run code in the sandbox",
-    "serve-rm": "serve a reward function or reward model over the OpenRLHF HTTP protocol",
     "bench": "run the benchmarks under benchmarks/",
 }
 
@@ -67,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
         init.add_argument("name", help="environment id and package name, e.g. guess-number")
         init.add_argument("--dir", default=None, help="where to create it (default: ./NAME)")
         init.set_defaults(handler=_lazy("agenthub.cli._scaffold", "init_command"))
+
+    from agenthub.cli._serve_rm import add_arguments as serve_rm_arguments
+
+    serve_rm = commands.add_parser(
+        "serve-rm", help="serve a reward function or reward model over the OpenRLHF HTTP protocol"
+    )
+    serve_rm_arguments(serve_rm)
+    serve_rm.set_defaults(handler=_lazy("agenthub.cli._serve_rm", "serve_rm_command"))
 
     for name, summary in _PLANNED.items():
         planned = commands.add_parser(name, help=f"{summary} (planned)")

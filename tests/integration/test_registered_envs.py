@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from agenthub import list_envs, make
 from agenthub.testing import check_env
 
 from ..conftest import FIXTURES
+from ..rm_server import reward_server
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +26,17 @@ BUILTIN_ARGS: dict[str, dict[str, Any]] = {
         "agent_func": str(FIXTURES / "agent_func_new.py"),
         "dataset": str(FIXTURES / "tasks.jsonl"),
     },
+    "math": {},
+    "judge": {"rm_url": "set by _judge_server below", "dataset": str(FIXTURES / "tasks.jsonl")},
 }
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _judge_server() -> Iterator[None]:
+    # the judge env scores through a server: give it a live one on loopback
+    with reward_server() as (url, _):
+        BUILTIN_ARGS["judge"]["rm_url"] = url
+        yield
 
 
 def test_every_builtin_env_has_check_arguments() -> None:

@@ -1,16 +1,19 @@
+"""`RemoteRewardModel`: the client for reward servers speaking OpenRLHF's `/get_reward`."""
+
 from __future__ import annotations
 
-import functools
+import asyncio
 import itertools
-import random
-import ssl
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
 import httpx
 
 from agenthub._errors import RewardModelError
+from agenthub.envs._http import HttpPolicy, JsonEndpoint, ResponseCache
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
 
 
@@ -18,11 +21,12 @@ class RemoteRewardModel:
     """A client for reward servers speaking the OpenRLHF protocol.
 
     POST `{"query": [...], "prompts": [...], "labels": [...]}` to each URL; the answer is
-    `{"rewards": [...], "scores"?: [...], "extra_logs"?: {...}}`. A batch is split into
+    `{"rewards": [...], "scores"?: [...], "extra_logs"?: {...}}`. `score` splits a batch into
     contiguous non-empty chunks over the URLs (never an empty request), rotating the starting
-    URL so that single samples spread across servers. Connection errors, timeouts and 5xx
-    answers are retried with jittered exponential backoff, each retry on the next URL; a 4xx
-    answer is the caller's fault and is not retried.
+    URL so that single samples spread across servers. `score_batched` scores one sample and
+    joins concurrent callers (from any number of clients with the same URLs and policy) into
+    batches of up to `max_batch_size`. Retries, timeouts, limits and caching follow `policy`
+    (see `HttpPolicy`); a failure raises `RewardModelError`, never a silent 0.
     """
 
     def __init__(
@@ -32,17 +36,21 @@ class RemoteRewardModel:
         timeout_s: float = 30.0,
         max_retries: int = 3,
         backoff_s: float = 0.5,
+        policy: HttpPolicy | None = None,
+        max_batch_size: int = 64,
+        batch_window_s: float = 0.002,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.urls = [urls] if isinstance(urls, str) else list(urls)
-        if not self.urls:
-            raise ValueError("RemoteRewardModel needs at least one URL")
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self._client = httpx.AsyncClient(
-            timeout=timeout_s, transport=transport, verify=_ssl_context()
+        self.policy = policy or HttpPolicy(
+            timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s
         )
+        self._endpoint = JsonEndpoint(
+            urls, self.policy, service="reward server", error=RewardModelError, transport=transport
+        )
+        self.urls = self._endpoint.urls
+        self.max_batch_size = max_batch_size
+        self.batch_window_s = batch_window_s
+        self._transport = transport
         self._next = itertools.count()
 
     async def score(
@@ -62,8 +70,18 @@ class RemoteRewardModel:
         async def run(chunk: int) -> None:
             lo, hi = bounds[chunk]
             body = {"query": queries[lo:hi], "prompts": prompts[lo:hi], "labels": labels[lo:hi]}
+
+            def parse(url: str, payload: Any) -> RewardOutput:
+                return parse_reward_output(
+                    payload,
+                    hi - lo,
+                    source=f"reward server {url}",
+                    samples=[f"query {i}" for i in range(hi - lo)],
+                    error=RewardModelError,
+                )
+
             try:
-                results[chunk] = await self._post(start + chunk, body, hi - lo)
+                results[chunk] = await self._endpoint.post(body, parse, first_url=start + chunk)
             except RewardModelError as exc:  # surfaced below, not as an exception group
                 errors.append(exc)
 
@@ -74,53 +92,118 @@ class RemoteRewardModel:
             raise errors[0]
         return _concat([r for r in results if r is not None])
 
-    async def _post(self, first_url: int, body: dict[str, list[Any]], n: int) -> RewardOutput:
-        failures: list[str] = []
-        for attempt in range(self.max_retries + 1):
-            url = self.urls[(first_url + attempt) % len(self.urls)]
-            if attempt:
-                await anyio.sleep(self.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
-            try:
-                with anyio.fail_after(self.timeout_s):
-                    response = await self._client.post(url, json=body)
-            except (httpx.TransportError, TimeoutError) as exc:
-                failures.append(f"{url}: {type(exc).__name__} {exc}".strip())
-                continue
-            if response.status_code >= 500:
-                failures.append(f"{url}: HTTP {response.status_code}")
-                continue
-            if response.status_code >= 400:
-                raise RewardModelError(
-                    f"reward server {url} rejected the request with HTTP "
-                    f"{response.status_code}: {response.text[:300]}"
-                )
-            try:
-                payload = response.json()
-            except ValueError as exc:
-                raise RewardModelError(
-                    f"reward server {url} answered non-JSON: {response.text[:200]!r}"
-                ) from exc
-            return parse_reward_output(
-                payload,
-                n,
-                source=f"reward server {url}",
-                samples=[f"query {i}" for i in range(n)],
-                error=RewardModelError,
-            )
-        raise RewardModelError(
-            f"reward server did not answer after {len(failures)} attempts "
-            f"(timeout {self.timeout_s:g} s each): {'; '.join(failures)}. Check that the server "
-            "is running and reachable, or raise the timeout."
+    async def score_batched(self, query: str, prompt: str, label: Any) -> RewardOutput:
+        """Score one sample, sent together with the samples other callers submit meanwhile."""
+        cache_key = ResponseCache.key([query, prompt, label])
+        if self.policy.cache_size > 0:
+            hit, value = self._endpoint.cache.get(cache_key)
+            if hit:
+                return value  # type: ignore[no-any-return]
+        batcher = _batcher(self)
+        future = batcher.submit((query, prompt, label))
+        # shielded: a cancelled caller stops waiting, the batch still completes for the others
+        output = await asyncio.shield(future)
+        if self.policy.cache_size > 0:
+            self._endpoint.cache.put(cache_key, output)
+        return output
+
+    def _flush_client(self) -> RemoteRewardModel:
+        return RemoteRewardModel(
+            self.urls, policy=replace(self.policy, cache_size=0), transport=self._transport
         )
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._endpoint.aclose()
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    # Building a context loads the CA bundle (~30 ms); one env per episode must not pay that.
-    return ssl.create_default_context()
+@dataclass
+class _Pending:
+    sample: tuple[str, str, Any]
+    future: asyncio.Future[RewardOutput]
+
+
+class _Batcher:
+    """Collects samples from concurrent callers; sends at most `max_concurrency` batches at once.
+
+    Flushes run as tasks of the event loop, not of any caller, so one cancelled episode never
+    strands the samples of others; every flush resolves every future it took.
+    """
+
+    def __init__(self, model: RemoteRewardModel) -> None:
+        self.model = model
+        self.pending: list[_Pending] = []
+        self.in_flight = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, sample: tuple[str, str, Any]) -> asyncio.Future[RewardOutput]:
+        loop = asyncio.get_running_loop()
+        entry = _Pending(sample, loop.create_future())
+        self.pending.append(entry)
+        self._maybe_flush(loop)
+        return entry.future
+
+    def _maybe_flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.pending and self.in_flight < self.model.policy.max_concurrency:
+            self.in_flight += 1
+            task = loop.create_task(self._flush())
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _flush(self) -> None:
+        batch: list[_Pending] = []
+        try:
+            await asyncio.sleep(self.model.batch_window_s)
+            batch = self.pending[: self.model.max_batch_size]
+            del self.pending[: len(batch)]
+            if not batch:
+                return
+            client = self.model._flush_client()
+            try:
+                output = await client.score(
+                    [e.sample[0] for e in batch],
+                    [e.sample[1] for e in batch],
+                    [e.sample[2] for e in batch],
+                )
+            finally:
+                await client.aclose()
+            for i, entry in enumerate(batch):
+                if not entry.future.done():
+                    entry.future.set_result(_one(output, i))
+        except BaseException as exc:
+            for entry in batch:
+                if not entry.future.done():
+                    entry.future.set_exception(
+                        exc
+                        if isinstance(exc, Exception)
+                        else RewardModelError(
+                            "the reward batch was cancelled: the event loop is shutting down"
+                        )
+                    )
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.in_flight -= 1
+            self._maybe_flush(asyncio.get_running_loop())
+
+
+_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, _Batcher]]
+_batchers = weakref.WeakKeyDictionary()
+
+
+def _batcher(model: RemoteRewardModel) -> _Batcher:
+    per_loop = _batchers.setdefault(asyncio.get_running_loop(), {})
+    key = (model._endpoint.key, model.max_batch_size, model.batch_window_s)
+    if key not in per_loop:
+        per_loop[key] = _Batcher(model)
+    return per_loop[key]
+
+
+def _one(output: RewardOutput, i: int) -> RewardOutput:
+    return RewardOutput(
+        rewards=[output.rewards[i]],
+        scores=None if output.scores is None else [output.scores[i]],
+        extra_logs={k: [v[i]] for k, v in output.extra_logs.items()},
+    )
 
 
 def _concat(parts: list[RewardOutput]) -> RewardOutput:

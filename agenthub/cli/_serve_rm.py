@@ -1,0 +1,46 @@
+"""`agenthub serve-rm`: a reward server speaking OpenRLHF's `/get_reward` protocol."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments (kept light: nothing heavy is imported here)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--reward-func", metavar="FILE", help="an OpenRLHF reward_func file")
+    source.add_argument(
+        "--model", metavar="DIR", help="a transformers sequence-classification model directory"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=5000, help="port to listen on")
+    parser.add_argument("--max-batch-size", type=int, default=64, help="samples per batch")
+    parser.add_argument("--device", default="cpu", help="torch device for --model")
+    parser.add_argument("--max-length", type=int, default=2048, help="tokens per query (--model)")
+
+
+def serve_rm_command(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from agenthub.envs.judge._rm_server import Scorer, SequenceClassifierScorer, build_app
+    from agenthub.envs.reward_func import load_reward_func
+
+    scorer: Scorer
+    if args.reward_func:
+        scorer = load_reward_func(args.reward_func)
+        name = f"reward function {args.reward_func}"
+    else:
+        scorer = SequenceClassifierScorer(
+            args.model, device=args.device, max_length=args.max_length
+        )
+        name = f"sequence-classification model {args.model}"
+    app = build_app(scorer, name=name, max_batch_size=args.max_batch_size)
+    print(
+        f"agenthub serve-rm: {name} on http://{args.host}:{args.port}/get_reward "
+        "(GET /health); Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0

@@ -1,0 +1,125 @@
+"""The verifier pool survives hanging inputs and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import anyio
+import pytest
+
+from agenthub.envs.math import VerifierPool, VerifierPoolError
+
+from ..conftest import REPO
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a killed child of a still-running parent lingers as a zombie until reaped
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_gone(pids: list[int], within_s: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if _alive(p)]
+
+
+@pytest.mark.timeout(300)
+def test_pool_survives_1000_verifications_with_hangs_mixed_in() -> None:
+    with VerifierPool(2) as pool:
+        pool.verify("warm up", "0", timeout_s=60)
+        futures = []
+        for i in range(1000):
+            if i % 125 == 7:
+                futures.append((pool.submit(r"\boxed{9^{9^{9}}}", "1", timeout_s=0.5), False))
+            else:
+                futures.append((pool.submit(f"so {i} + 1 = \\boxed{{{i + 1}}}", str(i + 1)), True))
+        results = [(f.result(timeout=240), expected) for f, expected in futures]
+        assert all(got is expected for got, expected in results)
+        assert pool.timeouts == 8 and pool.restarts == 8
+        assert len(pool.worker_pids()) == 2
+        pids = pool.worker_pids()
+    assert _wait_gone(pids) == [], "close() must leave no worker running"
+
+
+@pytest.mark.timeout(120)
+def test_killed_workers_are_replaced_and_reaped() -> None:
+    with VerifierPool(2) as pool:
+        pool.verify("1", "1", timeout_s=60)
+        before = pool.worker_pids()
+        assert pool.verify(r"\boxed{10^{10^{10}}}", "1", timeout_s=0.5) is False
+        assert pool.verify(r"\boxed{2}", "2", timeout_s=60) is True
+        after = pool.worker_pids()
+        assert len(after) == 2 and set(before) != set(after)
+        gone = sorted(set(before) - set(after))
+        assert _wait_gone(gone) == []
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(120)
+async def test_async_verifications_run_concurrently_and_cancel_cleanly() -> None:
+    with VerifierPool(2) as pool:
+        results: dict[int, bool] = {}
+
+        async def one(i: int) -> None:
+            results[i] = await pool.averify(f"\\boxed{{{i}}}", str(i % 3), timeout_s=60)
+
+        async with anyio.create_task_group() as group:
+            for i in range(20):
+                group.start_soon(one, i)
+        assert results == {i: i < 3 and i == i % 3 for i in range(20)}
+        with anyio.move_on_after(0.2):
+            await pool.averify(r"\boxed{9^{9^{9}}}", "1", timeout_s=1.0)
+        assert await pool.averify(r"\boxed{1}", "1", timeout_s=60) is True
+
+
+def test_closed_pool_says_so() -> None:
+    pool = VerifierPool(1)
+    pool.close()
+    pool.close()
+    with pytest.raises(VerifierPoolError, match="closed"):
+        pool.verify("1", "1")
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from agenthub.envs.math import default_pool, verify
+    verify("1", "1", timeout_s=60)
+    print(" ".join(map(str, default_pool().worker_pids())), flush=True)
+    while True:
+        verify(r"\\boxed{9^{9^{9}}}", "1", timeout_s=30)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_no_orphan_workers_after_ctrl_c_or_kill_of_the_parent(sig: signal.Signals) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
+    )
+    assert child.stdout is not None
+    pids = [int(p) for p in child.stdout.readline().split()]
+    assert len(pids) >= 2, child.stderr.read() if child.stderr else ""
+    time.sleep(0.3)  # the loop is now inside a hanging verification
+    child.send_signal(sig)
+    child.wait(30)
+    assert _wait_gone(pids) == [], f"workers left running after {sig.name}"
+    if sig == signal.SIGINT:
+        assert child.stderr is not None
+        err = child.stderr.read().decode()
+        assert "KeyboardInterrupt" in err and err.count("Traceback") == 1, err
