@@ -109,4 +109,4 @@ async def test_concurrent_episodes_share_nothing_and_all_score() -> None:
                 group.start_soon(episode, i)
         elapsed = time.monotonic() - start
     assert sorted(rewards) == [float(i) for i in range(20)]
-    assert elapsed < 2.0, "episodes must wait on the server concurrently, not one by one"
+    assert elapsed < 3.0, "episodes must wait on the server concurrently (serial takes 4 s)"
