@@ -20,6 +20,7 @@ BUILTIN_ARGS: dict[str, dict[str, Any]] = {
         "reward_func": str(FIXTURES / "reward_plain.py"),
         "dataset": str(FIXTURES / "tasks.jsonl"),
     },
+    "code_exec": {"num_tasks": 2},
 }
 
 
