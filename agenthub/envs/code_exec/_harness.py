@@ -95,6 +95,7 @@ def build_program(spec: FunctionTests | IOTests, code: str, test_timeout_s: floa
             "tests": spec.tests,
             "setup": spec.setup,
             "entry": spec.entry_point,
+            "solution": code,
         }
         template = _FUNCTION_HARNESS
     else:
@@ -189,15 +190,18 @@ def _why(result: ExecResult) -> str:
 
 
 _COMMON = r"""
-import json, os, signal, sys, traceback
-NONCE = sys.stdin.readline().strip()
-_out = os.fdopen(os.dup(1), "w")
-CONFIG_DATA = json.loads(__CONFIG__)
+import json, signal, sys, traceback
+
+CONFIG = json.loads(__CONFIG__)
 
 
-def report(**record):
-    _out.write(NONCE + json.dumps(record) + "\n")
-    _out.flush()
+def reporter(nonce, out):
+    # The nonce lives only in this closure, not in a global the tested code could read.
+    def report(**record):
+        out.write(nonce + json.dumps(record) + "\n")
+        out.flush()
+
+    return report
 
 
 def tail(exc, limit=3):
@@ -208,13 +212,12 @@ def tail(exc, limit=3):
 
 _FUNCTION_HARNESS = (
     _COMMON
-    + r'''
+    + r"""
 import ast, io
 
 
 class Quiet(io.TextIOBase):
-    """The solution's own prints: kept out of the report, and bounded."""
-
+    # The tested code's own prints: kept out of the report.
     def write(self, s):
         return len(s)
 
@@ -249,37 +252,41 @@ def check(test, ns):
     return None
 
 
-signal.signal(signal.SIGALRM, alarm)
-sys.stdout = Quiet()
-ns = {"__name__": "solution"}
-try:
-    signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
-    source = open("solution.py", encoding="utf-8").read()
-    exec(compile(source, "solution.py", "exec"), ns)
-    exec(CONFIG_DATA["setup"], ns)
-    signal.setitimer(signal.ITIMER_REAL, 0)
-except TestTimeout:
-    report(load_error=f"defining your code took more than {PER_TEST_S} s")
-    sys.exit(0)
-except BaseException as exc:
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    report(load_error=tail(exc))
-    sys.exit(0)
-if CONFIG_DATA["entry"] not in ns:
-    report(load_error=f"NameError: your code does not define {CONFIG_DATA['entry']!r}")
-    sys.exit(0)
-for i, test in enumerate(CONFIG_DATA["tests"]):
+def run(report):
+    signal.signal(signal.SIGALRM, alarm)
+    ns = {"__name__": "solution"}
     try:
         signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
-        error = check(test, ns)
+        exec(compile(CONFIG["solution"], "solution.py", "exec"), ns)
+        exec(CONFIG["setup"], ns)
         signal.setitimer(signal.ITIMER_REAL, 0)
     except TestTimeout:
-        error = f"timed out after {PER_TEST_S} s"
+        return report(load_error=f"defining your code took more than {PER_TEST_S} s")
     except BaseException as exc:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        error = tail(exc)
-    report(test=i, passed=error is None, error=error)
-'''
+        return report(load_error=tail(exc))
+    if CONFIG["entry"] not in ns:
+        return report(load_error=f"NameError: your code does not define {CONFIG['entry']!r}")
+    for i, test in enumerate(CONFIG["tests"]):
+        try:
+            signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
+            error = check(test, ns)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        except TestTimeout:
+            error = f"timed out after {PER_TEST_S} s"
+        except BaseException as exc:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            error = tail(exc)
+        report(test=i, passed=error is None, error=error)
+
+
+_stdout = sys.stdout
+sys.stdout = Quiet()
+try:
+    run(reporter(sys.stdin.readline().strip(), _stdout))
+finally:
+    sys.stdout = _stdout
+"""
 )
 
 _IO_HARNESS = (
@@ -292,25 +299,29 @@ def norm(text):
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
-for i, case in enumerate(CONFIG_DATA["cases"]):
-    try:
-        done = subprocess.run(
-            [sys.executable, "solution.py"],
-            input=case["stdin"].encode(),
-            capture_output=True,
-            timeout=PER_TEST_S,
-        )
-    except subprocess.TimeoutExpired:
-        report(test=i, passed=False, error=f"timed out after {PER_TEST_S} s")
-        continue
-    printed = done.stdout.decode("utf-8", "replace")
-    if done.returncode != 0:
-        lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        report(test=i, passed=False, error="\n".join(lines[-3:])[:500])
-    elif norm(printed) != norm(case["stdout"]):
-        error = f"printed {printed[:200]!r}, expected {case['stdout'][:200]!r}"
-        report(test=i, passed=False, error=error)
-    else:
-        report(test=i, passed=True, error=None)
+def run(report):
+    for i, case in enumerate(CONFIG["cases"]):
+        try:
+            done = subprocess.run(
+                [sys.executable, "solution.py"],
+                input=case["stdin"].encode(),
+                capture_output=True,
+                timeout=PER_TEST_S,
+            )
+        except subprocess.TimeoutExpired:
+            report(test=i, passed=False, error=f"timed out after {PER_TEST_S} s")
+            continue
+        printed = done.stdout.decode("utf-8", "replace")
+        if done.returncode != 0:
+            lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            report(test=i, passed=False, error="\n".join(lines[-3:])[:500])
+        elif norm(printed) != norm(case["stdout"]):
+            error = f"printed {printed[:200]!r}, expected {case['stdout'][:200]!r}"
+            report(test=i, passed=False, error=error)
+        else:
+            report(test=i, passed=True, error=None)
+
+
+run(reporter(sys.stdin.readline().strip(), sys.stdout))
 """
 )
