@@ -105,6 +105,9 @@ class BwrapSandbox(_ProcessSandbox):
         finally:
             for fd in [*fds, stdin_fd]:
                 os.close(fd)
+            if as_root:
+                with anyio.CancelScope(shield=True):
+                    await _kill_user(BWRAP_UID_BASE + slot)
         return classify(outcome)
 
 
@@ -217,6 +220,36 @@ async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None
     scope.cancel()
 
 
+async def _kill_user(uid: int) -> None:
+    """Kill every live process of the slot's own uid and wait until none is left: a pid
+    namespace dies with its init, but the kernel tears a crowded one (a fork bomb) down
+    asynchronously, and `run` promises that nothing is running once it returns."""
+    for _ in range(500):
+        pids = _live_processes(uid)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        await anyio.sleep(0.01)
+
+
+def _live_processes(uid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
 def _kill_group(process: Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
@@ -269,6 +302,9 @@ def _bwrap_argv(files: dict[str, bytes], fds: list[int], limits: Limits) -> list
         argv += ["--dir", f"{BOX}/{d}"]
     for (name, _), fd in zip(files.items(), fds, strict=True):
         argv += ["--file", str(fd), f"{BOX}/{name}"]
+    # The root bwrap builds is a tmpfs of its own: read-only, so only the sized work dir is
+    # writable.
+    argv += ["--remount-ro", "/"]
     argv += ["--chdir", BOX, "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
     argv += ["--setenv", "HOME", BOX, "--setenv", "TMPDIR", BOX]
     for key, value in _ENV.items():
