@@ -37,15 +37,7 @@ OWNER_LABEL = "agenthub.sandbox.owner"
 BOX = "/box"
 # Beyond the program's own timeout: exec set-up, the supervisor's clean-up and the report.
 GRACE_S = 15.0
-# One argv string may hold at most 128 KiB on Linux; the request is split into pieces.
-_ARG_CHUNK = 100_000
-_MAX_REQUEST = 1_500_000
 _RUNNER = (Path(__file__).parent / "_docker_runner.py").read_text(encoding="utf-8")
-_INIT = (
-    "import signal\n"
-    "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"  # init reaps orphans: no zombies
-    "while True: signal.pause()\n"
-)
 
 
 def default_pool_size() -> int:
@@ -176,8 +168,9 @@ class DockerSandbox(Sandbox):
         limits = self.limits
         container = self._client.containers.run(
             self.image,
-            command=["python3", "-I", "-c", _INIT],
+            command=["python3", "-I", "-S", "-c", _RUNNER],
             detach=True,
+            stdin_open=True,
             labels={CONTAINER_LABEL: "1", OWNER_LABEL: self._owner},
             network_mode="none",
             read_only=True,
@@ -198,11 +191,14 @@ class DockerSandbox(Sandbox):
             self._live[container.id] = container
         if self._closed:  # closed while this one was starting
             self._remove(container)
-        return container
+        return _Channel(container, self._client.api)
 
     def _remove(self, container: Any) -> None:
         import docker
 
+        if isinstance(container, _Channel):
+            container.close()
+            container = container.container
         with contextlib.suppress(docker.errors.NotFound):
             container.remove(force=True)
         with self._live_lock:
@@ -217,8 +213,6 @@ class DockerSandbox(Sandbox):
         limits: Limits | None = None,
     ) -> ExecResult:
         payload = _encode_request(code, stdin, files, limits or self.limits)
-        if len(payload) > _MAX_REQUEST:
-            return sandbox_error(f"code, stdin and files exceed {_MAX_REQUEST} bytes encoded")
         try:
             await self.start()
         except SandboxUnavailableError as exc:
@@ -253,30 +247,24 @@ class DockerSandbox(Sandbox):
         except (docker.errors.DockerException, OSError):
             return None
 
-    async def _exec(self, container: Any, payload: str, limits: Limits) -> tuple[ExecResult, bool]:
+    async def _exec(
+        self, channel: _Channel, payload: bytes, limits: Limits
+    ) -> tuple[ExecResult, bool]:
         import docker
-
-        argv = [payload[i : i + _ARG_CHUNK] for i in range(0, len(payload), _ARG_CHUNK)]
-        command = ["python3", "-I", "-c", _RUNNER, *argv]
-        api = self._client.api
-
-        def call() -> tuple[bytes, bytes, int | None]:
-            exec_id = api.exec_create(container.id, command, user="0")["Id"]
-            out, err = api.exec_start(exec_id, demux=True)
-            return out or b"", err or b"", api.exec_inspect(exec_id)["ExitCode"]
 
         try:
             with anyio.fail_after(limits.timeout_s + GRACE_S):
-                out, err, code = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+                out = await anyio.to_thread.run_sync(
+                    channel.call, payload, limits.timeout_s + GRACE_S, abandon_on_cancel=True
+                )
         except TimeoutError:
             return sandbox_error("the container's supervisor did not answer in time"), True
-        except (docker.errors.DockerException, OSError) as exc:
-            return sandbox_error(f"docker exec failed: {exc}"), True
+        except (docker.errors.DockerException, OSError, EOFError) as exc:
+            return sandbox_error(f"lost the container's supervisor: {exc}"), True
         try:
             report = json.loads(out)
         except ValueError:
-            detail = err.decode(errors="replace")[-500:] or f"exit code {code}"
-            return sandbox_error(f"the supervisor gave no report: {detail}"), True
+            return sandbox_error(f"the supervisor answered garbage: {out[:200]!r}"), True
         if "error" in report:
             return sandbox_error(report["error"]), True
         result = classify(
@@ -322,9 +310,53 @@ class DockerSandbox(Sandbox):
             return len(self._live)
 
 
+class _Channel:
+    """A pool container and the socket attached to its supervisor's stdin and stdout.
+
+    Requests go in as JSON lines; the answers come back in docker's multiplexed stream
+    format (an 8-byte header per frame: stream id, then the payload size)."""
+
+    def __init__(self, container: Any, api: Any) -> None:
+        self.container = container
+        self.id = container.id
+        response = api.attach_socket(
+            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        self._socket: socket.socket = response._sock
+        self._pending = b""
+
+    def call(self, request: bytes, timeout_s: float) -> bytes:
+        """Send one request and return the supervisor's one-line answer (blocking)."""
+        self._socket.settimeout(timeout_s)
+        self._socket.sendall(request)
+        line = bytearray()
+        while not line.endswith(b"\n"):
+            stream, payload = self._frame()
+            if stream == 1:
+                line += payload
+        return bytes(line)
+
+    def _frame(self) -> tuple[int, bytes]:
+        header = self._read(8)
+        return header[0], self._read(int.from_bytes(header[4:8], "big"))
+
+    def _read(self, n: int) -> bytes:
+        while len(self._pending) < n:
+            chunk = self._socket.recv(max(65536, n))
+            if not chunk:
+                raise EOFError("the sandbox container's supervisor exited")
+            self._pending += chunk
+        data, self._pending = self._pending[:n], self._pending[n:]
+        return data
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._socket.close()
+
+
 def _encode_request(
     code: str, stdin: str | bytes, files: Mapping[str, str | bytes] | None, limits: Limits
-) -> str:
+) -> bytes:
     encoded = {
         name: base64.b64encode(data).decode() for name, data in request_files(code, files).items()
     }
@@ -336,4 +368,4 @@ def _encode_request(
         "memory_mb": limits.memory_mb,
         "cap": limits.output_bytes,
     }
-    return base64.b64encode(json.dumps(request).encode()).decode()
+    return json.dumps(request).encode() + b"\n"

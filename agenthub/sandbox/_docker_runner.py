@@ -1,10 +1,11 @@
-"""The supervisor that runs inside a sandbox container, once per run (standard library only).
+"""The supervisor that runs as init of each sandbox container (standard library only).
 
-The host sends this file's source as `python3 -I -c SOURCE REQUEST...` through `docker exec`;
-it runs as root inside the container, which has no capabilities but SETUID, SETGID and KILL.
-It empties the work dir, writes the files, runs `python3 main.py` as an unprivileged user
-with the request's limits, kills it at the deadline (killing the `docker exec` client would
-not stop it), kills every process the user left behind, and prints one JSON report.
+It reads one JSON request per line on its stdin (the host holds an attached socket) and
+answers one JSON report per line on its stdout. It runs as root in a container that has no
+capabilities but SETUID, SETGID and KILL. Per request it empties the work dir, writes the
+files, runs `python3 main.py` as an unprivileged user with the request's limits, kills it at
+the deadline, kills and reaps every process the user left behind, and reports. As init it
+cannot be killed from inside the container.
 """
 
 from __future__ import annotations
@@ -30,7 +31,18 @@ DRAIN_S = 0.05
 
 
 def main() -> None:
-    request = json.loads(base64.b64decode("".join(sys.argv[1:])))
+    for line in sys.stdin.buffer:
+        if not line.strip():
+            continue
+        try:
+            report = serve(json.loads(line))
+        except Exception as exc:  # the host must get an answer; it then replaces the container
+            report = {"error": f"supervisor failed: {type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(report) + "\n")
+        sys.stdout.flush()
+
+
+def serve(request: dict[str, Any]) -> dict[str, Any]:
     files = {name: base64.b64decode(data) for name, data in request["files"].items()}
     stdin_fd = os.memfd_create("stdin")
     os.write(stdin_fd, base64.b64decode(request["stdin"]))
@@ -58,27 +70,30 @@ def main() -> None:
             preexec_fn=lambda: _prepare(files, request["memory_mb"]),
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        _report({"error": f"could not start the program: {exc}", "leftover": True})
-        return
+        os.close(stdin_fd)
+        return {"error": f"could not start the program: {exc}"}
+    os.close(stdin_fd)
     out, err, truncated, reason = _collect(proc, start + request["timeout_s"], request["cap"])
     leftover = _kill_all() if reason else False
     exit_code = proc.wait()
     duration = time.monotonic() - start
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
     leftover = _kill_all() or leftover
-    _report(
-        {
-            "exit_code": exit_code,
-            "stdout": base64.b64encode(out).decode(),
-            "stderr": base64.b64encode(err).decode(),
-            "truncated": truncated,
-            "timed_out": reason == "timeout",
-            "output_limit": reason == "output_limit",
-            "oom_killed": _oom_kills() > oom_before,
-            "duration_s": duration,
-            "leftover": leftover,
-            "disk_full": _disk_full(),
-        }
-    )
+    _reap_orphans()
+    return {
+        "exit_code": exit_code,
+        "stdout": base64.b64encode(out).decode(),
+        "stderr": base64.b64encode(err).decode(),
+        "truncated": truncated,
+        "timed_out": reason == "timeout",
+        "output_limit": reason == "output_limit",
+        "oom_killed": _oom_kills() > oom_before,
+        "duration_s": duration,
+        "leftover": leftover,
+        "disk_full": _disk_full(),
+    }
 
 
 def _prepare(files: dict[str, bytes], memory_mb: int) -> None:
@@ -168,8 +183,8 @@ def _kill_all() -> bool:
     """Kill every process but init and this one; True if the user had any left running."""
     found = bool(_user_processes())
     for _ in range(200):
-        # As root, kill(-1) reaches every process in the container's pid namespace except
-        # init and the caller; a fork bomb may fork during one sweep, hence the loop.
+        # From init, kill(-1) reaches every other process in the container's pid namespace;
+        # a fork bomb may fork during one sweep, hence the loop.
         with contextlib.suppress(ProcessLookupError):
             os.kill(-1, signal.SIGKILL)
         if not _user_processes():
@@ -199,9 +214,15 @@ def _disk_full() -> bool:
     return stat.f_bavail * stat.f_frsize < 256 * 1024
 
 
-def _report(report: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(report))
-    sys.stdout.flush()
+def _reap_orphans() -> None:
+    """As init, this process inherits every orphan; reap the dead so none stays a zombie."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def containers_of(pid: int) -> list[Any]:
 async def test_pool_containers_are_locked_down() -> None:
     async with DockerSandbox(pool_size=1, limits=Limits(memory_mb=256, pids=32)) as sandbox:
         await sandbox.start()
-        container = sandbox._idle[0]
+        container = sandbox._idle[0].container
         container.reload()
         host = container.attrs["HostConfig"]
         assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
@@ -59,7 +59,7 @@ async def test_pool_containers_are_locked_down() -> None:
 async def test_a_cancelled_run_removes_its_container_and_the_pool_recovers() -> None:
     async with DockerSandbox(pool_size=1, limits=Limits(timeout_s=60)) as sandbox:
         await sandbox.start()
-        busy = sandbox._idle[0]
+        busy = sandbox._idle[0].container
         start = time.monotonic()
         with anyio.move_on_after(1.5):
             await sandbox.run("while True:\n    pass")
@@ -166,5 +166,5 @@ async def test_soak_500_runs_with_a_tenth_hostile_leaves_only_the_pool() -> None
         assert len(mine) == sandbox.live_containers() <= 2
         for container in mine:
             processes = [" ".join(p) for p in container.top()["Processes"]]
-            assert len(processes) == 1 and "signal.pause" in processes[0], processes
+            assert len(processes) == 1 and "python3 -I -S -c" in processes[0], processes
     assert containers_of(os.getpid()) == []

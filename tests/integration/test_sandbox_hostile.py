@@ -101,9 +101,9 @@ def _leftovers(sandbox: Sandbox) -> list[str]:
         assert sandbox.live_containers() <= sandbox.pool_size
         return [
             " ".join(process)
-            for container in sandbox._idle
-            for process in container.top()["Processes"]
-            if "signal.pause" not in " ".join(process)
+            for channel in sandbox._idle
+            for process in channel.container.top()["Processes"]
+            if "python3 -I -S -c" not in " ".join(process)
         ]
     return [str(pid) for pid in _bwrap_processes()]
 
