@@ -20,7 +20,7 @@ from agenthub.sandbox._process import BWRAP_UID_BASE
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(120)]
 
-TIMEOUT_S = 2.0
+TIMEOUT_S = 5.0
 # Generous: a docker container that hit a limit is replaced before `run` returns, and the
 # machines running CI are shared.
 MARGIN_S = 20.0
