@@ -14,7 +14,6 @@ The last line is one summary ratio: the worse of the two ratios divided by its t
 from __future__ import annotations
 
 import argparse
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 

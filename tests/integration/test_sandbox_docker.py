@@ -87,23 +87,25 @@ CRASHING_OWNER = textwrap.dedent(
 
 
 @pytest.mark.timeout(180)
-async def test_containers_of_a_crashed_process_are_removed_at_the_next_start() -> None:
+def test_containers_of_a_crashed_process_are_removed_at_the_next_start() -> None:
     owner = subprocess.Popen(
         [sys.executable, "-c", CRASHING_OWNER], stdout=subprocess.PIPE, text=True
     )
     try:
-        assert owner.stdout is not None
-        line = await anyio.to_thread.run_sync(owner.stdout.readline)
-        assert line == "ready\n"
+        assert owner.stdout is not None and owner.stdout.readline() == "ready\n"
         assert len(containers_of(owner.pid)) == 2
     finally:
         owner.kill()  # SIGKILL: no clean-up code runs
         owner.wait()
     assert len(containers_of(owner.pid)) == 2
-    async with DockerSandbox(pool_size=1) as sandbox:
-        await sandbox.start()
-        assert containers_of(owner.pid) == []
-        assert len(containers_of(os.getpid())) == 1
+
+    async def next_start() -> None:
+        async with DockerSandbox(pool_size=1) as sandbox:
+            await sandbox.start()
+            assert containers_of(owner.pid) == []
+            assert len(containers_of(os.getpid())) == 1
+
+    anyio.run(next_start)
 
 
 @pytest.mark.timeout(180)
