@@ -147,7 +147,8 @@ HOSTILE = [
 async def test_soak_500_runs_with_a_tenth_hostile_leaves_only_the_pool() -> None:
     rng = random.Random(0)
     plan = [rng.choice(HOSTILE) if i % 10 == 0 else f"print({i} * {i})" for i in range(SOAK_RUNS)]
-    limits = Limits(timeout_s=1.0, memory_mb=128, output_bytes=16 * 1024, disk_mb=16)
+    # 4 s: benign programs must not time out on a loaded 2-core CI machine.
+    limits = Limits(timeout_s=4.0, memory_mb=128, output_bytes=16 * 1024, disk_mb=16)
     wrong: list[str] = []
     async with DockerSandbox(pool_size=2, limits=limits) as sandbox:
         limiter = anyio.Semaphore(4)
