@@ -111,4 +111,9 @@ else
     "$venv/bin/python" -c "$check" || die "the venv installed but '$check' fails"
     echo "$want" >"$stamp"
 fi
+# --- The docker sandbox's image: nothing can be pulled, so it is built from Debian packages
+# (debootstrap + docker import, about 3 minutes once); a no-op while the tag exists.
+if [[ $mode == full ]]; then
+    $sudo "$venv/bin/agenthub" sandbox build-image --if-missing | sed 's/^/[setup] /'
+fi
 log "done in $((SECONDS - start)) s ($mode)"

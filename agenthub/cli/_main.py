@@ -15,7 +15,6 @@ _PLANNED = {
     "repl": "step through an environment by hand, as a person or with a model",
     "train": "train a model on an environment with asynchronous off-policy RL",
     "model": "build the embedded default model (`agenthub model init`)",
-    "sandbox": "build the sandbox image and run code in the sandbox",
     "bench": "run the benchmarks under benchmarks/",
 }
 
@@ -75,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve_rm_arguments(serve_rm)
     serve_rm.set_defaults(handler=_lazy("agenthub.cli._serve_rm", "serve_rm_command"))
 
+    from agenthub.cli._sandbox import add_parser as add_sandbox_parser
+
+    add_sandbox_parser(commands)
     for name, summary in _PLANNED.items():
         planned = commands.add_parser(name, help=f"{summary} (planned)")
         planned.set_defaults(handler=_planned(name), accepts_anything=True)

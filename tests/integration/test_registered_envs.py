@@ -28,6 +28,7 @@ BUILTIN_ARGS: dict[str, dict[str, Any]] = {
     },
     "math": {},
     "judge": {"rm_url": "set by _judge_server below", "dataset": str(FIXTURES / "tasks.jsonl")},
+    "code_exec": {"num_tasks": 2},
 }
 
 

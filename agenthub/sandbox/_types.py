@@ -1,0 +1,95 @@
+"""What goes into a sandbox run and what comes out of it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from agenthub._errors import AgentHubError
+
+__all__ = [
+    "ExecResult",
+    "ExecStatus",
+    "Limits",
+    "SandboxError",
+    "SandboxUnavailableError",
+]
+
+MiB = 1024 * 1024
+
+
+class ExecStatus(str, enum.Enum):
+    """How a run ended. Everything but `ok` and `runtime_error` means a limit was hit or the
+    sandbox failed; a docker container that saw one of those is replaced, never reused."""
+
+    OK = "ok"
+    """The program exited with status 0."""
+    RUNTIME_ERROR = "runtime_error"
+    """The program exited with a non-zero status (an uncaught exception, `sys.exit(1)`)."""
+    TIMEOUT = "timeout"
+    """The program ran past `Limits.timeout_s` and was killed."""
+    MEMORY_LIMIT = "memory_limit"
+    """The program ran out of its memory allowance (`MemoryError`, or killed by the OOM killer)."""
+    OUTPUT_LIMIT = "output_limit"
+    """The program wrote more than `Limits.output_bytes` to stdout or stderr and was killed."""
+    KILLED = "killed"
+    """The program died from a signal nobody in the sandbox sent on purpose (SIGSEGV, kill -9)."""
+    SANDBOX_ERROR = "sandbox_error"
+    """The sandbox itself failed (engine unreachable, container gone); the code may not have run."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits for one run.
+
+    `timeout_s` is wall-clock time, enforced inside the sandbox with a hard kill. `memory_mb`
+    caps the program's address space. `output_bytes` caps stdout and stderr each; a program
+    that writes more is killed. `pids`, `cpus` and `disk_mb` (the size of the writable work
+    dir) are fixed when a docker container is created, so per-run values of those are
+    ignored by a warm pool: the pool's own `Limits` apply.
+    """
+
+    timeout_s: float = 10.0
+    memory_mb: int = 512
+    output_bytes: int = 1 * MiB
+    pids: int = 64
+    cpus: float = 1.0
+    disk_mb: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "memory_mb", "output_bytes", "pids", "cpus", "disk_mb"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """The outcome of one run. Failures of the code, and of the sandbox, are values here: `run`
+    raises only for misuse (a closed sandbox) or cancellation."""
+
+    status: ExecStatus
+    exit_code: int | None = None
+    """The program's exit status; negative for a signal (-9 for SIGKILL); None if it never ran."""
+    stdout: str = ""
+    stderr: str = ""
+    """Captured output, at most `Limits.output_bytes` each, decoded as UTF-8 with replacement."""
+    truncated: bool = False
+    """True when stdout or stderr was cut at the cap."""
+    duration_s: float = 0.0
+    detail: str = field(default="")
+    """Why the sandbox failed, for `sandbox_error`; empty otherwise."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ExecStatus.OK
+
+
+class SandboxError(AgentHubError):
+    """The sandbox was misused (run after aclose) or could not be set up."""
+
+
+class SandboxUnavailableError(SandboxError):
+    """No isolating backend works on this machine (no Docker engine or image, no bubblewrap)."""

@@ -1,0 +1,62 @@
+"""code_exec through the real sandboxes: references pass, wrong code gets feedback, and the
+`agenthub sandbox run` command works by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import agenthub
+from agenthub.envs.code_exec import generate_tasks, read_code_tasks
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+async def test_references_pass_and_mistakes_get_feedback(backend: str, fixtures: Path) -> None:
+    tasks = list(generate_tasks("held_out", 8)) + list(
+        read_code_tasks(fixtures / "code_humaneval.jsonl")
+    )
+    assert {t.metadata.get("family") for t in tasks} >= {"io"}
+    envs = [agenthub.make("code_exec", backend=backend, max_turns=2) for _ in range(3)]
+    try:
+        for n, task in enumerate(tasks):
+            env = envs[n % len(envs)]
+            await env.reset(task, seed=0)
+            wrong = await env.step("```python\nprint('no idea')\n```")
+            assert not wrong.done and "failed" in wrong.observation[0].content
+            right = await env.step(str(task.metadata["reference"]))
+            assert right.terminated and right.reward == 1.0, (task.id, right.info)
+    finally:
+        for env in envs:
+            await env.aclose()
+
+
+def test_sandbox_run_command(tmp_path: Path) -> None:
+    program = tmp_path / "echo.py"
+    program.write_text("import sys\nprint(sys.stdin.read().strip()[::-1])\n")
+    given = tmp_path / "in.txt"
+    given.write_text("olleh\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "agenthub", "sandbox", "run", str(program), "--stdin", str(given)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hello\n"
+    assert "[sandbox docker] ok exit=0" in done.stderr
+    crash = tmp_path / "crash.py"
+    crash.write_text("raise SystemExit('bad input')\n")
+    failed = subprocess.run(
+        [sys.executable, "-m", "agenthub", "sandbox", "run", str(crash), "--backend", "bwrap"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert failed.returncode == 1 and "bad input" in failed.stderr
+    assert "[sandbox bwrap] runtime_error exit=1" in failed.stderr

@@ -1,0 +1,204 @@
+"""Hostile programs against the real docker and bwrap backends: every one ends in bounded
+time with a status, leaves nothing running, and the next run on the same sandbox succeeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from agenthub.sandbox import BwrapSandbox, DockerSandbox, ExecStatus, Limits, Sandbox
+from agenthub.sandbox._process import BWRAP_UID_BASE
+
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(120)]
+
+TIMEOUT_S = 5.0
+# Generous: a docker container that hit a limit is replaced before `run` returns, and the
+# machines running CI are shared.
+MARGIN_S = 20.0
+S = ExecStatus
+
+HOSTILE: dict[str, tuple[str, set[ExecStatus]]] = {
+    "infinite_loop": ("while True:\n    pass", {S.TIMEOUT}),
+    "fork_bomb": (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        {S.TIMEOUT},
+    ),
+    "memory_hog": ("hog = []\nwhile True:\n    hog.append(bytearray(10**7))", {S.MEMORY_LIMIT}),
+    "huge_allocation": ("x = bytearray(8 * 10**9)", {S.MEMORY_LIMIT}),
+    "disk_filling": (
+        "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 2**20)",
+        {S.RUNTIME_ERROR},
+    ),
+    "output_flood": ("while True:\n    print('x' * 1000)", {S.OUTPUT_LIMIT}),
+    "stderr_flood": ("import sys\nwhile True:\n    sys.stderr.write('y' * 1000)", {S.OUTPUT_LIMIT}),
+    "non_utf8_output": ("import sys\nsys.stdout.buffer.write(bytes(range(256)))", {S.OK}),
+    "background_process": (
+        "import subprocess\nsubprocess.Popen(['sleep', '1000'])\nprint('started')",
+        {S.OK},
+    ),
+    "escaping_daemon": (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        time.sleep(1000)\n    os._exit(0)\nprint('parent done')",
+        {S.OK},
+    ),
+    "kill_pid_1": (
+        "import os, signal, time\ntry:\n    os.kill(1, signal.SIGKILL)\nexcept OSError as e:\n"
+        "    print(type(e).__name__)\ntime.sleep(0.2)\nprint('still here')",
+        {S.OK},
+    ),
+    # kill(-1) spares the caller itself; it must not reach the supervisor or init.
+    "kill_everything": (
+        "import os, signal\nos.kill(-1, signal.SIGKILL)",
+        {S.OK, S.KILLED, S.RUNTIME_ERROR},
+    ),
+    "segfault": ("import ctypes\nctypes.string_at(0)", {S.KILLED}),
+}
+
+
+@pytest.fixture(params=["docker", "bwrap"])
+async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+    limits = Limits(timeout_s=TIMEOUT_S, memory_mb=256, output_bytes=64 * 1024, disk_mb=16)
+    box: Sandbox = (
+        DockerSandbox(pool_size=1, limits=limits)
+        if request.param == "docker"
+        else BwrapSandbox(limits=limits, concurrency=1)
+    )
+    async with box:
+        yield box
+    assert not _bwrap_processes(), "bwrap runs left processes behind"
+
+
+def _bwrap_processes() -> list[int]:
+    """Live processes of the bwrap sandbox users (zombies wait for the host's init to reap
+    them; they no longer run)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if not entry.isdigit() or os.stat(
+                f"/proc/{entry}"
+            ).st_uid - BWRAP_UID_BASE not in range(8):
+                continue
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def _leftovers(sandbox: Sandbox) -> list[str]:
+    if isinstance(sandbox, DockerSandbox):
+        # Only the pool's init may run in an idle container.
+        assert sandbox.live_containers() <= sandbox.pool_size
+        return [
+            " ".join(process)
+            for channel in sandbox._idle
+            for process in channel.container.top()["Processes"]
+            if "python3 -I -S -c" not in " ".join(process)
+        ]
+    return [str(pid) for pid in _bwrap_processes()]
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+async def test_hostile_program_is_contained(sandbox: Sandbox, case: str) -> None:
+    code, expected = HOSTILE[case]
+    start = time.monotonic()
+    result = await sandbox.run(code)
+    elapsed = time.monotonic() - start
+    assert result.status in expected, (result.status, result.stderr[-300:], result.detail)
+    assert elapsed < TIMEOUT_S + MARGIN_S
+    assert len(result.stdout.encode()) <= 64 * 1024 and len(result.stderr.encode()) <= 64 * 1024
+    if case == "disk_filling":
+        assert "No space left on device" in result.stderr
+    if case == "non_utf8_output":
+        assert "\ufffd" in result.stdout and result.stdout.startswith("\x00\x01")
+    if case in ("output_flood", "stderr_flood"):
+        assert result.truncated
+    follow = await sandbox.run("import os\nprint(sorted(os.listdir('.')))")
+    assert follow.status is ExecStatus.OK and follow.stdout == "['main.py']\n"
+    assert _leftovers(sandbox) == []
+
+
+async def test_no_connection_reaches_a_listener_on_the_host_loopback(sandbox: Sandbox) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    accepted: list[object] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept())
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    code = (
+        "import socket\n"
+        f"for host in ('127.0.0.1', 'localhost', {socket.gethostname()!r}):\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {port}), timeout=1)\n"
+        "        print('connected', host)\n"
+        "    except OSError as e:\n"
+        "        print('blocked', host, type(e).__name__)\n"
+    )
+    try:
+        result = await sandbox.run(code)
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert result.status is ExecStatus.OK, result.stderr
+    assert "connected" not in result.stdout and result.stdout.count("blocked") == 3
+    assert accepted == []
+
+
+async def test_host_files_cannot_be_read_or_written(sandbox: Sandbox, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the host's secret")
+    targets = ["/etc/agenthub-probe", "/usr/agenthub-probe", "/tmp/agenthub-probe", "/probe"]
+    targets.append(str(tmp_path / "written-from-sandbox"))
+    code = (
+        "import json\nout = {}\n"
+        f"try:\n    out['read'] = open({str(secret)!r}).read()\n"
+        "except OSError as e:\n    out['read'] = type(e).__name__\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n        open(path, 'w').write('x')\n        out[path] = 'written'\n"
+        "    except OSError as e:\n        out[path] = type(e).__name__\n"
+        "print(json.dumps(out))\n"
+    )
+    result = await sandbox.run(code)
+    assert result.status is ExecStatus.OK, result.stderr
+    report = json.loads(result.stdout)
+    assert report["read"] != "the host's secret"
+    assert all(report[path] != "written" for path in targets), report
+    written = await anyio.to_thread.run_sync(
+        lambda: [p for p in ("/probe", "/tmp/agenthub-probe", targets[-1]) if os.path.exists(p)]
+    )
+    assert written == []
+
+
+async def test_stdin_files_and_a_clean_work_dir_per_run(sandbox: Sandbox) -> None:
+    code = (
+        "import sys\nprint(sys.stdin.read().upper(), open('data/in.txt').read())\n"
+        "open('scratch', 'w').write('left over')"
+    )
+    result = await sandbox.run(code, stdin="hello", files={"data/in.txt": "payload"})
+    assert result.status is ExecStatus.OK and result.stdout == "HELLO payload\n"
+    again = await sandbox.run("import os\nprint(sorted(os.listdir('.')))")
+    assert again.stdout == "['main.py']\n"
+    failed = await sandbox.run("import sys\nsys.exit(3)")
+    assert (failed.status, failed.exit_code) == (ExecStatus.RUNTIME_ERROR, 3)

@@ -1,0 +1,214 @@
+"""The code_exec env's logic against in-process sandboxes: extraction, feedback, reward."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+import agenthub
+from agenthub import Task
+from agenthub.envs.code_exec import (
+    CodeExecEnv,
+    FunctionTests,
+    IOTests,
+    extract_code,
+    generate_tasks,
+    parse_spec,
+    read_code_tasks,
+)
+from agenthub.sandbox import ExecResult, ExecStatus, FakeSandbox, UnisolatedSandbox
+from agenthub.testing import check_env
+
+pytestmark = pytest.mark.anyio
+
+ADD = Task(
+    id="add",
+    prompt="Write add(a, b).",
+    label=FunctionTests(
+        entry_point="add",
+        tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"),
+    ).model_dump(mode="json"),
+)
+
+
+def fenced(code: str) -> str:
+    return f"Here you go:\n```python\n{code}\n```\nDone."
+
+
+@pytest.mark.parametrize(
+    ("reply", "code"),
+    [
+        ("```python\nx = 1\n```", "x = 1\n"),
+        ("```py\nx = 1\n``` and ```python\ny = 2\n```", "y = 2\n"),
+        ("```\nx = 1\n```", "x = 1\n"),
+        ("```python\ndef add(a, b):\n    return a + b", "def add(a, b):\n    return a + b"),
+        ("def f(x):\n    return x\n", "def f(x):\n    return x\n"),
+        ("I think the answer is 42.", None),
+        ("42", None),
+        ("", None),
+        ("```bash\nls\n```", None),
+    ],
+)
+def test_code_is_extracted_from_replies(reply: str, code: str | None) -> None:
+    assert extract_code(reply) == code
+
+
+def test_the_block_defining_the_entry_point_wins() -> None:
+    reply = (
+        "```python\ndef add(a, b):\n    return a+b\n```\nUsage:\n```python\nprint(add(1, 2))\n```"
+    )
+    assert extract_code(reply, "add") == "def add(a, b):\n    return a+b\n"
+
+
+async def test_a_correct_answer_ends_the_episode_with_full_reward() -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox())
+    await env.reset(ADD, seed=0)
+    step = await env.step(fenced("def add(a, b):\n    return a + b"))
+    assert (step.reward, step.terminated, step.score) == (1.0, True, 1.0)
+    assert step.info["passed"] == 3 and step.extra_logs["pass_fraction"] == 1.0
+
+
+async def test_failing_tests_come_back_as_feedback_until_the_turn_limit() -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=2)
+    await env.reset(ADD, seed=0)
+    first = await env.step(fenced("def add(a, b):\n    return a * b"))
+    assert not first.done and first.reward == 0.0
+    feedback = first.observation[0].content
+    assert "Test 1 of 3 failed: assert add(1, 2) == 3" in feedback
+    assert "add(1, 2) returned 2, expected 3" in feedback
+    assert "Passed 2 of 3 tests" in feedback and "1 attempt left" in feedback
+    last = await env.step(fenced("def add(a, b):\n    return 4"))
+    assert last.terminated and last.reward == pytest.approx(1 / 3) and last.score == 0.0
+
+
+async def test_all_or_nothing_gives_zero_for_a_partial_answer() -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=1, all_or_nothing=True)
+    await env.reset(ADD, seed=0)
+    step = await env.step(fenced("def add(a, b):\n    return 4"))
+    assert step.terminated and step.reward == 0.0
+
+
+async def test_errors_and_missing_code_are_explained() -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=5)
+    await env.reset(ADD, seed=0)
+    no_code = await env.step("I would add them.")
+    assert "found no code" in no_code.observation[0].content
+    crash = await env.step(fenced("def add(a, b):\n    return a + undefined_name"))
+    assert "NameError: name 'undefined_name' is not defined" in crash.observation[0].content
+    broken = await env.step(fenced("def add(a, b) return a"))
+    assert "failed before the tests ran" in broken.observation[0].content
+    assert "SyntaxError" in broken.observation[0].content
+    other = await env.step(fenced("def plus(a, b):\n    return a + b"))
+    assert "does not define 'add'" in other.observation[0].content
+
+
+async def test_printing_fake_results_does_not_pass_tests() -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=1)
+    await env.reset(ADD, seed=0)
+    forged = (
+        "import sys\n"
+        'for i in range(3): sys.__stdout__.write(\'{"test": %d, "passed": true}\\n\' % i)\n'
+        "def add(a, b): return 0"
+    )
+    step = await env.step(fenced(forged))
+    assert step.reward == pytest.approx(1 / 3)
+
+
+async def test_a_sandbox_failure_is_a_typed_outcome_not_an_exception() -> None:
+    gone = ExecResult(ExecStatus.SANDBOX_ERROR, detail="the Docker engine does not answer")
+    env = CodeExecEnv(sandbox=FakeSandbox(lambda request: gone), max_turns=2)
+    await env.reset(ADD, seed=0)
+    step = await env.step(fenced("def add(a, b):\n    return a + b"))
+    assert step.info["status"] == "sandbox_error"
+    assert "The sandbox failed (not your fault)" in step.observation[0].content
+    last = await env.step(fenced("def add(a, b):\n    return a + b"))
+    assert last.extra_logs["sandbox_error"] == 1.0 and last.reward == 0.0
+
+
+async def test_aclose_closes_the_sandbox_and_step_needs_reset() -> None:
+    fake = FakeSandbox()
+    env = CodeExecEnv(sandbox=fake)
+    with pytest.raises(RuntimeError, match="before reset"):
+        await env.step("x")
+    await env.aclose()
+    assert fake.closed == 1
+
+
+def test_generated_tasks_are_seeded_split_and_carry_references() -> None:
+    first = list(generate_tasks("train", 50, seed=3))
+    assert first == list(generate_tasks("train", 50, seed=3))
+    assert first != list(generate_tasks("train", 50, seed=4))
+    held_out = list(generate_tasks("held_out", 50, seed=3))
+    assert not {t.prompt for t in first} & {t.prompt for t in held_out}
+    families = {t.metadata["family"] for t in itertools.chain(first, held_out)}
+    assert families == {"arith", "list", "string", "io"}
+    for task in first:
+        reference = str(task.metadata["reference"])
+        assert reference.startswith("```python\n") and reference.endswith("```")
+        parse_spec(task.label)
+    with pytest.raises(ValueError, match="splits"):
+        list(generate_tasks("test", 1))
+
+
+async def test_every_reference_passes_its_tests() -> None:
+    tasks = list(generate_tasks("train", 40)) + list(generate_tasks("held_out", 20))
+    async with UnisolatedSandbox() as sandbox:
+        env = CodeExecEnv(sandbox=sandbox, max_turns=1)
+        for task in tasks:
+            await env.reset(task, seed=0)
+            step = await env.step(str(task.metadata["reference"]))
+            assert step.reward == 1.0, (task.prompt, step.info)
+
+
+async def test_io_tasks_feed_stdin_to_a_real_process() -> None:
+    task = next(t for t in generate_tasks("train", 50) if t.metadata["family"] == "io")
+    assert isinstance(parse_spec(task.label), IOTests)
+    async with UnisolatedSandbox() as sandbox:
+        env = CodeExecEnv(sandbox=sandbox, max_turns=2)
+        await env.reset(task, seed=0)
+        wrong = await env.step(fenced("print(input())"))
+        assert "printed" in wrong.observation[0].content
+        assert "expected" in wrong.observation[0].content
+
+
+async def test_mbpp_and_humaneval_files_load_and_their_references_pass(fixtures: Path) -> None:
+    mbpp = list(read_code_tasks(fixtures / "code_mbpp.jsonl"))
+    humaneval = list(read_code_tasks(fixtures / "code_humaneval.jsonl", format="humaneval"))
+    assert [t.id for t in mbpp] == ["2", "3"]
+    spec = parse_spec(humaneval[0].label)
+    assert isinstance(spec, FunctionTests) and len(spec.tests) == 3
+    loop = parse_spec(humaneval[1].label)
+    assert isinstance(loop, FunctionTests) and loop.tests == ("check(double_all)",)
+    assert parse_spec(mbpp[0].label).entry_point == "similar_elements"  # type: ignore[union-attr]
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=1)
+    for task in mbpp + humaneval:
+        await env.reset(task, seed=0)
+        assert (await env.step(str(task.metadata["reference"]))).reward == 1.0
+    # HumanEval answers may give only the body: the prompt's signature is prepended.
+    await env.reset(humaneval[1], seed=0)
+    body = "```python\n    return [x + x for x in xs]\n```"
+    assert (await env.step(body)).reward == 1.0
+
+
+def test_bad_task_files_say_where(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "?"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:1.*cannot tell the format"):
+        list(read_code_tasks(bad))
+
+
+def test_the_env_keeps_the_contract_with_a_fake_sandbox() -> None:
+    check_env(lambda: CodeExecEnv(sandbox=FakeSandbox(), num_tasks=2))
+
+
+def test_tasks_come_from_files_when_given(fixtures: Path) -> None:
+    env = agenthub.make(
+        "code_exec",
+        backend="unisolated",
+        dataset=str(fixtures / "code_mbpp.jsonl"),
+        eval_dataset=str(fixtures / "code_humaneval.jsonl"),
+    )
+    assert len(list(env.tasks("train"))) == 2
+    assert len(list(env.tasks("held_out"))) == 2
