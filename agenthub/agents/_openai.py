@@ -20,7 +20,8 @@ class OpenAIEngine(InferenceEngine):
 
     The prompt is sent as a list of token ids; `logprobs: 0` with
     `return_tokens_as_token_ids: true` (a vLLM extension) brings back every sampled token as
-    `token_id:N` with its logprob, so nothing is re-tokenized on either side. `base_url` ends
+    `token_id:N` with its logprob (newer vLLM also lists them under `token_ids` when asked with
+    `return_token_ids`), so nothing is re-tokenized on either side. `base_url` ends
     in `/v1`. Build it with `await OpenAIEngine.connect(...)`, which asks `/models` for the
     served model and its context length when they are not given.
     """
@@ -86,6 +87,7 @@ class OpenAIEngine(InferenceEngine):
             "top_p": sampling.top_p,
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
             "skip_special_tokens": False,
         }
         if sampling.top_k > 0:
@@ -139,13 +141,18 @@ def _parse_choice(choice: dict[str, Any], version: int, prompt_len: int, url: st
             "token-id prompts and honours logprobs=0 with return_tokens_as_token_ids (vLLM)"
         )
     ids: list[int] = []
-    for token in tokens:
+    given = choice.get("token_ids")
+    for token in () if given is not None else tokens:
         if not (isinstance(token, str) and token.startswith(_TOKEN_PREFIX)):
             raise EngineError(
                 f"{url} returned token {token!r} as text, not as 'token_id:N'; the server must "
                 "support return_tokens_as_token_ids (vLLM's OpenAI server does)"
             )
         ids.append(int(token[len(_TOKEN_PREFIX) :]))
+    if given is not None:
+        ids = [int(t) for t in given]
+    if len(ids) != len(values):
+        raise EngineError(f"{url} returned {len(ids)} token ids but {len(values)} logprobs")
     reason = choice.get("finish_reason")
     finish: FinishReason = (
         "stop" if reason == "stop" else "length" if reason == "length" else "abort"
