@@ -37,8 +37,9 @@ class RolloutConfig:
     - `n_samples_per_prompt`: episodes per task, returned together as a group.
     - `chat_template`: render prompts and env messages through the tokenizer's chat template
       (off: text prompts, tokenized as they are).
-    - `seed`: base seed for env resets and, when `sampling.seed` is unset, nothing else;
-      each episode's env seed is derived from it, the task and the sample index.
+    - `seed`: base seed for env resets: each episode's env seed is derived from it, the task
+      id and the sample index (`None`: unseeded). Likewise each request's sampling seed is
+      derived from `sampling.seed`, the task, the sample and the turn.
     """
 
     sampling: SamplingParams = field(default_factory=SamplingParams)

@@ -35,6 +35,7 @@ class OpenAIEngine(InferenceEngine):
         api_key: str | None = None,
         timeout_s: float = 600.0,
         max_connections: int = 256,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -45,6 +46,7 @@ class OpenAIEngine(InferenceEngine):
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=10.0),
             limits=httpx.Limits(max_connections=max_connections),
+            transport=transport,
         )
 
     @classmethod

@@ -126,19 +126,19 @@ class EpisodeRunner:
 
         async def group(task: Task, n: int) -> None:
             try:
-                trajectories: list[Trajectory] = [None] * n  # type: ignore[list-item]
+                finished: dict[int, Trajectory] = {}
 
                 async def one(i: int) -> None:
                     async with limiter:
-                        trajectories[i] = await self.run_episode(task, sample=i)
+                        finished[i] = await self.run_episode(task, sample=i)
                     if on_trajectory is not None:
-                        await on_trajectory(trajectories[i])
+                        await on_trajectory(finished[i])
 
                 async with anyio.create_task_group() as tg:
                     for i in range(n):
                         tg.start_soon(one, i)
                 if on_group is not None:
-                    await on_group(trajectories)
+                    await on_group([finished[i] for i in range(n)])
             finally:
                 admit.release()
 

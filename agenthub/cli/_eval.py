@@ -8,7 +8,6 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -114,14 +113,14 @@ def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
     from agenthub.envs._tasks import read_jsonl_tasks
 
     if identity["tasks"]:
-        tasks: Iterable[Task] = read_jsonl_tasks(identity["tasks"])
+        selected = list(itertools.islice(read_jsonl_tasks(identity["tasks"]), n))
     else:
         env = make(identity["env"], **identity["env_kwargs"])
         try:
-            tasks = list(env.tasks(identity["split"]))
+            # A procedural task source may be endless: take only what is asked for.
+            selected = list(itertools.islice(env.tasks(identity["split"]), n))
         finally:
             anyio.run(env.aclose)
-    selected = list(itertools.islice(tasks, n))
     ids = Counter(t.id for t in selected)
     if duplicated := [i for i, c in ids.items() if c > 1]:
         raise AgentHubError(f"task ids must be unique to resume a run; repeated: {duplicated[:5]}")
