@@ -8,7 +8,11 @@ synchronous trainers roll out: a batch of `concurrency` episodes generates toget
 together, and every turn waits for the batch's slowest step. Same engine, same sessions, same
 envs. The last line is the throughput ratio in episodes per second (target >= 3).
 
-    python benchmarks/async_vs_lockstep.py [--model PATH|default|tiny] [--episodes 128]
+    python benchmarks/async_vs_lockstep.py [--model PATH|default|tiny] [--episodes 256]
+
+On a CPU shared with other work, generation itself is the bottleneck and bounds the ratio;
+`--engine fake` replaces vLLM by generation at a fixed cost per request to show the effect of
+env latency alone.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from agenthub import Env, Message, Step, Task
 from agenthub.agents import (
     ChatTokenizer,
     EpisodeRunner,
+    FakeEngine,
+    InferenceEngine,
     RolloutConfig,
     SamplingParams,
     Session,
@@ -81,7 +87,7 @@ def resolve_model(name: str, scratch: Path) -> Path:
 
 
 async def lockstep(
-    engine: VLLMEngine,
+    engine: InferenceEngine,
     chat: ChatTokenizer,
     tasks: list[Task],
     config: RolloutConfig,
@@ -123,7 +129,14 @@ async def bench(args: argparse.Namespace, model: Path) -> float:
     agenthub.register("bench-heavy-tail", f"{__name__}:HeavyTailEnv", override=True)
     env_kwargs = {"turns": args.turns, "mean_s": 0.1, "sigma": args.sigma}
     chat = ChatTokenizer.from_pretrained(model)
-    engine = VLLMEngine(model, max_model_len=1024, max_num_seqs=args.concurrency)
+    engine: InferenceEngine
+    if args.engine == "vllm":
+        engine = VLLMEngine(model, max_model_len=1024, max_num_seqs=args.concurrency)
+    else:
+        # Generation at a fixed cost per request, as on an accelerator that is not the
+        # bottleneck: isolates what waiting on the env costs each loop.
+        reply = chat.encode_text("a" * args.reply_tokens)[: args.reply_tokens]
+        engine = FakeEngine(lambda prompt: reply, latency_s=args.fake_generate_s)
     config = RolloutConfig(
         sampling=SamplingParams(max_tokens=args.reply_tokens, seed=0),
         max_turns=args.turns,
@@ -153,11 +166,19 @@ async def bench(args: argparse.Namespace, model: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default", help="PATH, 'default' or 'tiny'")
-    parser.add_argument("--episodes", type=int, default=128)
+    parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--reply-tokens", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--sigma", type=float, default=1.5, help="lognormal shape of latency")
+    parser.add_argument(
+        "--engine",
+        choices=["vllm", "fake"],
+        default="vllm",
+        help="vllm: in-process vLLM (the figure to report); fake: generation at a fixed cost "
+        "per request (--fake-generate-s), to see the env-latency effect alone",
+    )
+    parser.add_argument("--fake-generate-s", type=float, default=0.02)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         model = resolve_model(args.model, Path(scratch))

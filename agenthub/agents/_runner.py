@@ -169,13 +169,25 @@ class EpisodeRunner:
         except _Failed as failure:
             error = failure.error
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.timeouts.close_s):
-                await env.aclose()
+            closing = await self._close(env)
+        if error is None and closing is not None:
+            error = closing
         state.timings.total_s = time.perf_counter() - start
         trajectory = self._trajectory(task, state, error)
         if self.scorer is not None and error is None:
             trajectory = await self._score(task, trajectory)
         return trajectory
+
+    async def _close(self, env: Env[Any]) -> EpisodeError | None:
+        # Shielded: a cancelled episode still releases its env, within `close_s`.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.timeouts.close_s):
+            try:
+                await env.aclose()
+            except Exception as exc:
+                return EpisodeError(
+                    cause="env_error", message=f"aclose: {type(exc).__name__}: {exc}"
+                )
+        return None
 
     async def _play(self, env: Env[Any], task: Task, sample: int, state: _Episode) -> None:
         config = self.config

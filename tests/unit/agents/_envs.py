@@ -11,7 +11,8 @@ from agenthub import Env, Message, RewardFuncError, Step, Task
 
 class TrackedEnv(Env[list[Message]]):
     """Counts down from the task's label; behaviour per task comes from `task.metadata`:
-    `fail_at` (turn whose step raises), `step_delay_s`, `score_error` (raise a scoring error)."""
+    `fail_at` (turn whose step raises), `step_delay_s`, `score_error` (raise a scoring error),
+    `close_error` (`aclose` raises)."""
 
     live: ClassVar[set[int]] = set()
     made: ClassVar[int] = 0
@@ -62,3 +63,5 @@ class TrackedEnv(Env[list[Message]]):
 
     async def aclose(self) -> None:
         TrackedEnv.live.discard(id(self))
+        if self.meta.get("close_error"):
+            raise OSError("socket already closed")

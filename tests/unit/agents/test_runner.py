@@ -106,6 +106,7 @@ async def test_env_failures_are_typed_errors_and_siblings_finish(chat: ChatToken
         task(1, step_delay_s=5.0),
         task(2, score_error=True),
         task(3),
+        task(4, close_error=True),
     ]
     timeouts = Timeouts(env_step_s=0.5)
     out = await runner(replying(chat), chat, timeouts=timeouts).collect(tasks)
@@ -116,6 +117,8 @@ async def test_env_failures_are_typed_errors_and_siblings_finish(chat: ChatToken
     assert by_id["task-1"].error is not None and by_id["task-1"].error.cause == "env_timeout"
     assert by_id["task-2"].error is not None and by_id["task-2"].error.cause == "score_error"
     assert by_id["task-3"].error is None and by_id["task-3"].terminated
+    assert by_id["task-4"].error is not None and by_id["task-4"].error.cause == "env_error"
+    assert "aclose: OSError" in by_id["task-4"].error.message
 
 
 class FailingEngine(FakeEngine):
