@@ -11,7 +11,6 @@ Handler = Callable[[argparse.Namespace], int]
 # Commands whose implementation arrives with a later part of agenthub. They exist now so the
 # command tree is stable, and say plainly that they do nothing yet.
 _PLANNED = {
-    "eval": "evaluate a model on an environment (vLLM in-process or an OpenAI-compatible server)",
     "repl": "step through an environment by hand, as a person or with a model",
     "train": "train a model on an environment with asynchronous off-policy RL",
     "model": "build the embedded default model (`agenthub model init`)",
@@ -77,10 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     from agenthub.cli._sandbox import add_parser as add_sandbox_parser
 
     add_sandbox_parser(commands)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="evaluate a model on an environment (vLLM in-process or an OpenAI-compatible server)",
+    )
+    _add_eval_arguments(evaluate)
+    evaluate.set_defaults(handler=_lazy("agenthub.cli._eval", "eval_command"))
+
     for name, summary in _PLANNED.items():
         planned = commands.add_parser(name, help=f"{summary} (planned)")
         planned.set_defaults(handler=_planned(name), accepts_anything=True)
     return parser
+
+
+def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    from agenthub.cli._eval import add_arguments
+
+    add_arguments(parser)
 
 
 def _lazy(module: str, attr: str) -> Handler:

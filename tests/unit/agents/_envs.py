@@ -1,0 +1,67 @@
+"""Environments for the runner tests; each instance is tracked so tests can see what stayed open."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+
+from agenthub import Env, Message, RewardFuncError, Step, Task
+
+
+class TrackedEnv(Env[list[Message]]):
+    """Counts down from the task's label; behaviour per task comes from `task.metadata`:
+    `fail_at` (turn whose step raises), `step_delay_s`, `score_error` (raise a scoring error),
+    `close_error` (`aclose` raises)."""
+
+    live: ClassVar[set[int]] = set()
+    made: ClassVar[int] = 0
+    in_flight: ClassVar[int] = 0
+    max_in_flight: ClassVar[int] = 0
+
+    def __init__(self, **kwargs: Any) -> None:
+        type(self).made += 1
+        self.remaining = 0
+        self.turn = 0
+        self.meta: dict[str, Any] = {}
+        TrackedEnv.live.add(id(self))
+
+    @classmethod
+    def reset_counters(cls) -> None:
+        cls.live = set()
+        cls.made = cls.in_flight = cls.max_in_flight = 0
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.reseed(seed)
+        assert isinstance(task.label, int)
+        self.remaining, self.turn, self.meta = task.label, 0, dict(task.metadata)
+        return [Message(role="user", content=f"Start at {self.remaining}.")], {}
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        TrackedEnv.in_flight += 1
+        TrackedEnv.max_in_flight = max(TrackedEnv.max_in_flight, TrackedEnv.in_flight)
+        try:
+            self.turn += 1
+            await anyio.sleep(float(self.meta.get("step_delay_s", 0.0)))
+            if self.meta.get("fail_at") == self.turn:
+                raise ValueError(f"broken at turn {self.turn}")
+            if self.meta.get("score_error"):
+                raise RewardFuncError("reward file returned a string")
+            self.remaining -= 1
+            done = self.remaining <= 0
+            return Step(
+                [Message(role="user", content=str(self.remaining))],
+                reward=1.0 if done else 0.0,
+                terminated=done,
+                score=1.0 if done else None,
+                extra_logs={"turn": float(self.turn)},
+            )
+        finally:
+            TrackedEnv.in_flight -= 1
+
+    async def aclose(self) -> None:
+        TrackedEnv.live.discard(id(self))
+        if self.meta.get("close_error"):
+            raise OSError("socket already closed")

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agenthub import AgentHubError
+from agenthub.agents import EpisodeError, Timings, Trajectory
+from agenthub.cli import main
+from agenthub.cli._eval import prepare_out_dir, read_trajectories, resolve_model, summarize
+
+
+def traj(task_id: str, reward: float, *, cause: str | None = None) -> Trajectory:
+    error = EpisodeError(cause=cause, message="boom") if cause else None  # type: ignore[arg-type]
+    return Trajectory(
+        env="e", task_id=task_id, tokens=[1, 2, 3], loss_mask=[0, 1, 1],
+        logprobs=[0.0, -0.5, -0.25], policy_versions=[0, 0, 0], step_rewards=[reward],
+        reward=reward, terminated=error is None, truncated=False, num_turns=1, error=error,
+        timings=Timings(),
+    )  # fmt: skip
+
+
+def test_summary_has_mean_reward_pass_at_k_errors_and_tokens() -> None:
+    runs = [traj("a", 1.0), traj("a", 0.0), traj("b", 0.0), traj("b", 0.0, cause="env_error")]
+    summary = summarize(runs, k=2)
+    assert summary["mean_reward"] == 0.25
+    assert summary["pass_at_k"] == {"pass@1": 0.25, "pass@2": 0.5}
+    assert summary["errors"] == {"env_error": 1}
+    assert summary["tokens"] == {"total": 12, "generated": 8, "mean_generated_per_episode": 2.0}
+
+
+def test_pass_at_k_only_for_binary_scores() -> None:
+    assert summarize([traj("a", 0.5)], k=1)["pass_at_k"] is None
+
+
+def test_a_line_cut_off_by_a_crash_is_dropped_and_repaired(tmp_path: Path) -> None:
+    path = tmp_path / "trajectories.jsonl"
+    whole = traj("a", 1.0).model_dump_json()
+    path.write_text(whole + "\n" + whole[:30])
+    assert [t.task_id for t in read_trajectories(path, repair=True)] == ["a"]
+    assert path.read_text() == whole + "\n"
+
+
+def test_resuming_into_a_different_run_is_refused(tmp_path: Path) -> None:
+    identity = {"env": "e", "env_kwargs": {}, "tasks": None, "split": "held_out", "k": 1}
+    assert prepare_out_dir(tmp_path, identity) == {}
+    with pytest.raises(AgentHubError, match="different env_kwargs"):
+        prepare_out_dir(tmp_path, {**identity, "env_kwargs": {"x": 1}})
+
+
+def test_model_must_be_a_model_directory(tmp_path: Path) -> None:
+    with pytest.raises(AgentHubError, match="no config.json"):
+        resolve_model(str(tmp_path), needed=True)
+    assert resolve_model(None, needed=False) is None
+
+
+def test_eval_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = capsys.readouterr().out
+    options = "--env --model --base-url --tasks --split -n -k --concurrency --max-turns"
+    for option in f"{options} --max-tokens --temperature --out".split():
+        assert option in out
+
+
+def test_eval_without_a_model_directory_fails_clearly(
+    tmp_path: Path, fixtures: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["eval", "--env", "reward_func", f"reward_func={fixtures / 'reward_plain.py'}",
+         "--tasks", str(fixtures / "tasks.jsonl"), "--model", str(tmp_path / "nothing"),
+         "--out", str(tmp_path / "out")]
+    )  # fmt: skip
+    assert code == 1 and "no config.json" in capsys.readouterr().err

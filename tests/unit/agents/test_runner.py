@@ -1,0 +1,202 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+
+import anyio
+import pytest
+
+import agenthub
+from agenthub import Task
+from agenthub.agents import (
+    ChatTokenizer,
+    EngineError,
+    EpisodeRunner,
+    FakeEngine,
+    Generation,
+    RolloutConfig,
+    SamplingParams,
+    Timeouts,
+    Trajectory,
+)
+from tests.unit.agents._envs import TrackedEnv
+
+pytestmark = pytest.mark.anyio
+ENV = "agents-test-tracked"
+
+
+@pytest.fixture(autouse=True)
+def tracked_env() -> Iterator[None]:
+    agenthub.register(ENV, "tests.unit.agents._envs:TrackedEnv", override=True)
+    TrackedEnv.reset_counters()
+    yield
+    assert not TrackedEnv.live, "an env was left open"
+
+
+def replying(chat: ChatTokenizer, text: str = "3", *, end: bool = True) -> FakeEngine:
+    ids = chat.encode_text(text) + ([chat.closing_ids[0]] if end else [])
+    return FakeEngine(lambda prompt: ids, stop_token_ids=chat.stop_token_ids)
+
+
+def task(i: int = 0, label: int = 2, **metadata: float | int | bool) -> Task:
+    return Task(id=f"task-{i}", prompt="Count down with me.", label=label, metadata=metadata)
+
+
+def runner(engine: FakeEngine, chat: ChatTokenizer, **config: object) -> EpisodeRunner:
+    return EpisodeRunner(engine, chat, ENV, RolloutConfig(**config))  # type: ignore[arg-type]
+
+
+def model_spans(t: Trajectory) -> list[tuple[list[int], list[float]]]:
+    spans: list[tuple[list[int], list[float]]] = []
+    previous = 0
+    for i, m in enumerate(t.loss_mask):
+        if m and not previous:
+            spans.append(([], []))
+        if m:
+            spans[-1][0].append(t.tokens[i])
+            spans[-1][1].append(t.logprobs[i])
+        previous = m
+    return spans
+
+
+async def test_multi_turn_episode_keeps_exactly_the_engine_tokens(chat: ChatTokenizer) -> None:
+    engine = replying(chat)
+    engine.set_policy_version(5)
+    [t] = await runner(engine, chat).collect([task(label=3)])
+    assert t.terminated and not t.truncated and t.error is None
+    assert t.num_turns == 3 and t.step_rewards == [0.0, 0.0, 1.0] and t.reward == 1.0
+    assert t.score == 1.0 and t.extra_logs == {"turn": 3.0}
+    spans = model_spans(t)
+    assert [(list(g.token_ids), list(g.logprobs)) for g in engine.generations] == spans
+    assert all(lp == 0.0 for lp, m in zip(t.logprobs, t.loss_mask, strict=False) if not m)
+    assert set(t.policy_versions) == {5}
+    # Every request was the trajectory so far, token for token.
+    for request in engine.requests:
+        assert list(request) == t.tokens[: len(request)]
+    assert Trajectory.model_validate_json(t.model_dump_json()) == t
+    assert set(json.loads(t.model_dump_json())) == {
+        "env", "task_id", "tokens", "loss_mask", "logprobs", "policy_versions", "step_rewards",
+        "reward", "score", "terminated", "truncated", "num_turns", "error", "timings",
+        "extra_logs",
+    }  # fmt: skip
+
+
+async def test_turn_budget_truncates(chat: ChatTokenizer) -> None:
+    [t] = await runner(replying(chat), chat, max_turns=2).collect([task(label=9)])
+    assert t.truncated and not t.terminated and t.num_turns == 2
+
+
+async def test_token_budget_truncates_and_bounds_the_sequence(chat: ChatTokenizer) -> None:
+    engine = replying(chat, "Hello, world! " * 10, end=False)
+    [t] = await runner(engine, chat, max_tokens=60).collect([task(label=9)])
+    assert t.truncated and len(t.tokens) <= 60
+    assert engine.generations[-1].finish_reason == "length"
+
+
+async def test_context_limit_truncates(chat: ChatTokenizer) -> None:
+    engine = replying(chat, "Hello, world! " * 10, end=False)
+    engine._max_model_len = 70
+    [t] = await runner(engine, chat).collect([task(label=9)])
+    assert t.truncated and len(t.tokens) <= 70
+
+
+async def test_env_failures_are_typed_errors_and_siblings_finish(chat: ChatTokenizer) -> None:
+    tasks = [
+        task(0, fail_at=2),
+        task(1, step_delay_s=5.0),
+        task(2, score_error=True),
+        task(3),
+        task(4, close_error=True),
+    ]
+    timeouts = Timeouts(env_step_s=0.5)
+    out = await runner(replying(chat), chat, timeouts=timeouts).collect(tasks)
+    by_id = {t.task_id: t for t in out}
+    assert by_id["task-0"].error is not None and by_id["task-0"].error.cause == "env_error"
+    assert "broken at turn 2" in by_id["task-0"].error.message
+    assert by_id["task-0"].num_turns == 2 and not by_id["task-0"].terminated
+    assert by_id["task-1"].error is not None and by_id["task-1"].error.cause == "env_timeout"
+    assert by_id["task-2"].error is not None and by_id["task-2"].error.cause == "score_error"
+    assert by_id["task-3"].error is None and by_id["task-3"].terminated
+    assert by_id["task-4"].error is not None and by_id["task-4"].error.cause == "env_error"
+    assert "aclose: OSError" in by_id["task-4"].error.message
+
+
+class FailingEngine(FakeEngine):
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+        raise EngineError("server answered 500")
+
+
+async def test_engine_failure_and_timeout_are_recorded(chat: ChatTokenizer) -> None:
+    failing = FailingEngine(lambda p: [1])
+    [t] = await runner(failing, chat).collect([task()])
+    assert t.error is not None and t.error.cause == "generation_error"
+    slow = replying(chat)
+    slow.latency_s = 5.0
+    [t] = await runner(slow, chat, timeouts=Timeouts(generate_s=0.2)).collect([task()])
+    assert t.error is not None and t.error.cause == "generation_timeout"
+
+
+async def test_concurrency_limit_and_one_env_per_episode(chat: ChatTokenizer) -> None:
+    tasks = [task(i, label=2, step_delay_s=0.02) for i in range(12)]
+    out = await runner(replying(chat), chat, concurrency=3).collect(tasks)
+    assert len(out) == 12 and all(t.terminated for t in out)
+    assert TrackedEnv.max_in_flight == 3
+    assert TrackedEnv.made == 12
+
+
+async def test_groups_of_samples_per_prompt(chat: ChatTokenizer) -> None:
+    groups: list[list[Trajectory]] = []
+
+    async def keep(group: list[Trajectory]) -> None:
+        groups.append(group)
+
+    r = runner(replying(chat), chat, n_samples_per_prompt=4, concurrency=5)
+    await r.run([task(i) for i in range(3)], on_group=keep)
+    assert sorted(len(g) for g in groups) == [4, 4, 4]
+    assert all(len({t.task_id for t in g}) == 1 for g in groups)
+    await r.run([(task(9), 2)], on_group=keep)
+    assert len(groups[-1]) == 2
+
+
+async def test_cancellation_leaves_no_env_open(chat: ChatTokenizer) -> None:
+    tasks = [task(i, label=5, step_delay_s=0.05) for i in range(20)]
+    with anyio.move_on_after(0.3):
+        await runner(replying(chat), chat, concurrency=8).collect(tasks)
+    assert TrackedEnv.made > 0
+    # the autouse fixture checks that every env that was made is closed
+
+
+async def test_scorer_adds_reward_and_its_failures_are_typed(chat: ChatTokenizer) -> None:
+    async def bonus(task: Task, trajectory: Trajectory) -> float:
+        return 0.5
+
+    async def broken(task: Task, trajectory: Trajectory) -> float:
+        raise RuntimeError("judge said nonsense")
+
+    async def slow(task: Task, trajectory: Trajectory) -> float:
+        await anyio.sleep(5)
+        return 0.0
+
+    config = RolloutConfig(timeouts=Timeouts(score_s=0.2))
+    engine = replying(chat)
+    [t] = await EpisodeRunner(engine, chat, ENV, config, scorer=bonus).collect([task()])
+    assert t.reward == 1.5 and t.step_rewards == [0.0, 1.5] and t.terminated
+    [t] = await EpisodeRunner(engine, chat, ENV, config, scorer=broken).collect([task()])
+    assert t.error is not None and t.error.cause == "score_error" and not t.terminated
+    [t] = await EpisodeRunner(engine, chat, ENV, config, scorer=slow).collect([task()])
+    assert t.error is not None and t.error.cause == "score_timeout"
+
+
+async def test_sampling_seed_differs_per_sample_and_turn(chat: ChatTokenizer) -> None:
+    seen: list[int | None] = []
+
+    class SeedEngine(FakeEngine):
+        async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+            seen.append(sampling.seed)
+            return await super().generate(prompt_ids, sampling)
+
+    ids = [*chat.encode_text("3"), chat.closing_ids[0]]
+    engine = SeedEngine(lambda p: ids, stop_token_ids=chat.stop_token_ids)
+    config = RolloutConfig(sampling=SamplingParams(seed=1), n_samples_per_prompt=2)
+    await EpisodeRunner(engine, chat, ENV, config).collect([task(label=2)])
+    assert len(seen) == 4 and len(set(seen)) == 4

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import pytest
+
+from agenthub import Message, Task
+from agenthub.agents import ChatTemplateError, ChatTokenizer, Generation, Session
+
+
+def gen(chat: ChatTokenizer, text: str, *, end: bool = True, version: int = 3) -> Generation:
+    ids = chat.encode_text(text) + ([chat.closing_ids[0]] if end else [])
+    logprobs = tuple(-0.1 * (i + 1) for i in range(len(ids)))
+    return Generation(tuple(ids), logprobs, "stop" if end else "length", version)
+
+
+def test_turns_append_exactly_what_the_template_renders_for_the_whole_conversation(
+    chat: ChatTokenizer,
+) -> None:
+    task = Task(id="t", prompt="Count down with me.")
+    session = Session.start(chat, task, [Message(role="user", content="Start at 3.")])
+    action = session.add_generation(gen(chat, "2"))
+    session.add_observation([Message(role="user", content="1 (noise)")], policy_version=4)
+    session.add_generation(gen(chat, "0"))
+    assert action == "2"
+    conversation = [
+        Message(role="user", content="Count down with me."),
+        Message(role="user", content="Start at 3."),
+        Message(role="assistant", content="2"),
+        Message(role="user", content="1 (noise)"),
+    ]
+    expected = chat.encode_prompt(conversation) + chat.encode_text("0") + [chat.closing_ids[0]]
+    assert session.tokens == expected
+
+
+def test_sampled_tokens_are_kept_with_mask_logprobs_and_versions(chat: ChatTokenizer) -> None:
+    session = Session.start(chat, Task(id="t", prompt="hi"), [], policy_version=1)
+    prompt_len = len(session)
+    g = gen(chat, "Hello, world!", version=7)
+    session.add_generation(g)
+    assert session.tokens[prompt_len:] == list(g.token_ids)
+    assert session.logprobs[prompt_len:] == list(g.logprobs)
+    assert session.loss_mask == [0] * prompt_len + [1] * len(g.token_ids)
+    assert session.logprobs[:prompt_len] == [0.0] * prompt_len
+    assert session.policy_versions == [1] * prompt_len + [7] * len(g.token_ids)
+
+
+def test_reply_cut_off_by_length_is_closed_with_masked_template_tokens(
+    chat: ChatTokenizer,
+) -> None:
+    session = Session.start(chat, Task(id="t", prompt="hi"), [])
+    session.add_generation(gen(chat, "Hello", end=False))
+    before = len(session)
+    session.add_observation([Message(role="user", content="go on")], policy_version=0)
+    added = session.tokens[before:]
+    closing = list(chat.closing_ids)
+    assert added[: len(closing)] == closing
+    assert session.loss_mask[before:] == [0] * len(added)
+    assert chat.tokenizer.decode(added).endswith("<|im_start|>assistant\n")
+
+
+def test_reply_ending_on_end_of_turn_only_gets_the_rest_of_the_closing(
+    chat: ChatTokenizer,
+) -> None:
+    assert chat.missing_closing([5, chat.closing_ids[0]]) == list(chat.closing_ids[1:])
+    assert chat.missing_closing([5]) == list(chat.closing_ids)
+    assert chat.missing_closing(list(chat.closing_ids)) == []
+
+
+def test_text_observations_are_tokenized_as_text(chat: ChatTokenizer) -> None:
+    task = Task(id="t", prompt="2 + 2 =")
+    session = Session.start(chat, task, " ", chat_template=False)
+    assert session.tokens == chat.encode_text("2 + 2 =") + chat.encode_text(" ")
+    session.add_generation(gen(chat, " 4", end=False))
+    before = len(session)
+    session.add_observation(" Correct.", policy_version=0)
+    assert session.tokens[before:] == chat.encode_text(" Correct.")
+
+
+def test_history_is_never_retokenized(chat: ChatTokenizer) -> None:
+    session = Session.start(chat, Task(id="t", prompt="x"), [])
+    sampled = gen(chat, "Hello", end=False)
+    session.add_generation(sampled)
+    snapshot = list(session.tokens)
+    session.add_observation([Message(role="user", content="more")], policy_version=0)
+    assert session.tokens[: len(snapshot)] == snapshot
+
+
+def test_chat_prompt_without_chat_template_is_refused(chat: ChatTokenizer) -> None:
+    task = Task(id="t", prompt=(Message(role="user", content="hi"),))
+    with pytest.raises(ChatTemplateError, match="chat template is turned off"):
+        Session.start(chat, task, [], chat_template=False)
+
+
+def test_rollback_drops_the_tail(chat: ChatTokenizer) -> None:
+    session = Session.start(chat, Task(id="t", prompt="x"), [])
+    n = len(session)
+    session.add_generation(gen(chat, "abc"))
+    session.rollback(n)
+    assert len(session.tokens) == len(session.loss_mask) == len(session.logprobs) == n
