@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,22 @@ from agenthub.agents._errors import EngineError
 __all__ = ["VLLMEngine"]
 
 _ids = itertools.count()
+
+
+def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
+    from safetensors.torch import save_file
+
+    shm = Path("/dev/shm")
+    folder = tempfile.mkdtemp(prefix="agenthub-weights-", dir=shm if shm.is_dir() else None)
+    # safetensors refuses tensors that share memory (tied embeddings): write copies.
+    tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
+    if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    save_file(tensors, str(Path(folder) / "model.safetensors"))
+    for meta in Path(model_dir).glob("*.json"):  # vLLM reads the config beside the weights
+        if not meta.name.endswith(".index.json"):
+            shutil.copy(meta, folder)
+    return folder
 
 
 def _cpu_only() -> bool:
@@ -76,17 +95,32 @@ class VLLMEngine(InferenceEngine):
         self._llm = AsyncLLM.from_engine_args(args)
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False
+        self._gate = asyncio.Condition()
+        self._in_flight = 0
+        self._syncing = False
 
     @property
     def max_model_len(self) -> int:
         return self._max_model_len
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
-        from vllm import SamplingParams as VLLMSamplingParams
-        from vllm.sampling_params import RequestOutputKind
 
         if self._closed:
             raise EngineError("generate() on a closed vLLM engine")
+        async with self._gate:  # a weight sync in progress holds new requests back
+            await self._gate.wait_for(lambda: not self._syncing)
+            self._in_flight += 1
+        try:
+            return await self._generate(prompt_ids, sampling)
+        finally:
+            async with self._gate:
+                self._in_flight -= 1
+                self._gate.notify_all()
+
+    async def _generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+        from vllm import SamplingParams as VLLMSamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
         version = self.policy_version
         params = VLLMSamplingParams(
             n=1,
@@ -125,6 +159,36 @@ class VLLMEngine(InferenceEngine):
             "stop" if reason == "stop" else "length" if reason == "length" else "abort"
         )
         return Generation(ids, logprobs, finish, version, prompt_tokens=len(prompt_ids))
+
+    async def update_weights(self, state_dict: Mapping[str, Any], version: int) -> None:
+        """Load new weights (a full `state_dict` of the same architecture) and stamp `version`.
+
+        New requests wait while in-flight ones finish, so every `Generation` comes from one
+        set of weights. The weights go to the engine process as a safetensors file in shared
+        memory and are loaded in place by vLLM's `reload_weights`, which redoes the kernel-
+        specific repacking; tied embeddings are written out as an explicit `lm_head`.
+        """
+        if self._closed:
+            raise EngineError("update_weights() on a closed vLLM engine")
+        if version < self.policy_version:
+            raise ValueError(
+                f"policy version may only grow: at {self.policy_version}, got {version}"
+            )
+        async with self._gate:
+            self._syncing = True
+            await self._gate.wait_for(lambda: self._in_flight == 0)
+        try:
+            folder = await asyncio.to_thread(_write_weights, self.model, state_dict)
+            try:
+                await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+                await self._llm.reset_prefix_cache()  # cached KV was computed by old weights
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            self.set_policy_version(version)
+        finally:
+            async with self._gate:
+                self._syncing = False
+                self._gate.notify_all()
 
     async def aclose(self) -> None:
         if not self._closed:
