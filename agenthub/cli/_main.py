@@ -5,6 +5,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from agenthub._errors import AgentHubError
+from agenthub.cli._model import add_model_parser
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -14,7 +15,6 @@ _PLANNED = {
     "eval": "evaluate a model on an environment (vLLM in-process or an OpenAI-compatible server)",
     "repl": "step through an environment by hand, as a person or with a model",
     "train": "train a model on an environment with asynchronous off-policy RL",
-    "model": "build the embedded default model (`agenthub model init`)",
     "sandbox": "build the sandbox image and run code in the sandbox",
     "serve-rm": "serve a reward function or reward model over the OpenRLHF HTTP protocol",
     "bench": "run the benchmarks under benchmarks/",
@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         init.add_argument("name", help="environment id and package name, e.g. guess-number")
         init.add_argument("--dir", default=None, help="where to create it (default: ./NAME)")
         init.set_defaults(handler=_lazy("agenthub.cli._scaffold", "init_command"))
+
+    add_model_parser(commands)
 
     for name, summary in _PLANNED.items():
         planned = commands.add_parser(name, help=f"{summary} (planned)")
