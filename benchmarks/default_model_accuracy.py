@@ -26,6 +26,7 @@ def greedy_answers(model_dir: Path, tasks: list[agenthub.Task], max_new_tokens: 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     answers: list[str] = []

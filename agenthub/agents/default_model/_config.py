@@ -20,7 +20,7 @@ class DefaultModelConfig(BaseModel):
     env_ids: tuple[str, ...] = ("code_exec", "math")
     """Environments whose `tasks("train")` give the demonstrations (tasks carrying
     `metadata["reference"]`)."""
-    demos_per_env: int = Field(default=1500, ge=1)
+    demos_per_env: int = Field(default=1000, ge=1)
     """Demonstrations drawn from each environment; they also train the tokenizer."""
     vocab_size: int = Field(default=4096, ge=300)
     """BPE vocabulary size, special tokens and the 256 byte symbols included."""
