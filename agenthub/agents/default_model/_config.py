@@ -32,7 +32,7 @@ class DefaultModelConfig(BaseModel):
     max_position_embeddings: int = Field(default=4096, ge=64)
     max_demo_tokens: int = Field(default=512, ge=16)
     """Demonstrations longer than this (prompt and response, in tokens) are left out."""
-    sft_steps: int = Field(default=240, ge=0)
+    sft_steps: int = Field(default=360, ge=0)
     """Supervised warm-start steps; few on purpose, so RL has room to improve the model."""
     batch_size: int = Field(default=16, ge=1)
     learning_rate: float = Field(default=3e-3, gt=0)
