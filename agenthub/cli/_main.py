@@ -5,6 +5,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from agenthub._errors import AgentHubError
+from agenthub.cli._model import add_model_parser
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -13,7 +14,6 @@ Handler = Callable[[argparse.Namespace], int]
 _PLANNED = {
     "repl": "step through an environment by hand, as a person or with a model",
     "train": "train a model on an environment with asynchronous off-policy RL",
-    "model": "build the embedded default model (`agenthub model init`)",
     "bench": "run the benchmarks under benchmarks/",
 }
 
@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_eval_arguments(evaluate)
     evaluate.set_defaults(handler=_lazy("agenthub.cli._eval", "eval_command"))
+
+    add_model_parser(commands)
 
     for name, summary in _PLANNED.items():
         planned = commands.add_parser(name, help=f"{summary} (planned)")

@@ -1,0 +1,90 @@
+"""Demonstrations for the warm start, read from the environments' own task generators.
+
+Every built-in procedural task carries `metadata["reference"]`: a correct response as text. A
+demonstration is that task's prompt (chat messages) and its reference response.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agenthub._errors import AgentHubError, EnvNotFoundError, NoTaskSourceError
+from agenthub._registry import make
+from agenthub._types import Message, Task
+
+__all__ = ["Demonstration", "DemonstrationError", "collect_demonstrations", "digest"]
+
+
+class DemonstrationError(AgentHubError):
+    """The environments named for the warm start cannot provide demonstrations."""
+
+
+@dataclass(frozen=True, slots=True)
+class Demonstration:
+    """A prompt and the reference response a model should learn to give to it."""
+
+    env_id: str
+    task_id: str
+    messages: tuple[Message, ...]
+    response: str
+
+
+def collect_demonstrations(
+    env_ids: Sequence[str], per_env: int, *, split: str = "train"
+) -> list[Demonstration]:
+    """The first `per_env` tasks with a reference from each environment's `tasks(split)`,
+    interleaved across environments so every training batch sees every family."""
+    per_family = [_from_env(env_id, per_env, split) for env_id in env_ids]
+    mixed = itertools.chain.from_iterable(itertools.zip_longest(*per_family))
+    return [demo for demo in mixed if demo is not None]
+
+
+def _from_env(env_id: str, limit: int, split: str) -> list[Demonstration]:
+    try:
+        env = make(env_id)
+    except EnvNotFoundError as exc:
+        raise DemonstrationError(
+            f"the default model is warm-started on demonstrations from environment {env_id!r}, "
+            f"which is not installed: {exc}"
+        ) from exc
+    demos: list[Demonstration] = []
+    try:
+        # Tasks without a reference are skipped, so an endless generator of them must not hang.
+        for task in itertools.islice(env.tasks(split), limit * 10):
+            if len(demos) == limit:
+                break
+            demo = _demonstration(env_id, task)
+            if demo is not None:
+                demos.append(demo)
+    except NoTaskSourceError as exc:
+        raise DemonstrationError(
+            f"environment {env_id!r} has no built-in {split!r} tasks to draw demonstrations "
+            "from; choose environments with procedural task generators"
+        ) from exc
+    if not demos:
+        raise DemonstrationError(
+            f"environment {env_id!r} yields no {split!r} tasks with metadata['reference'] "
+            "(a correct response as text), so it gives no demonstrations"
+        )
+    return demos
+
+
+def _demonstration(env_id: str, task: Task) -> Demonstration | None:
+    reference = task.metadata.get("reference")
+    if not isinstance(reference, str) or not reference:
+        return None
+    return Demonstration(env_id, task.id, tuple(task.messages()), reference)
+
+
+def digest(demos: Sequence[Demonstration]) -> str:
+    """A content hash of the demonstrations, part of the default model's cache key."""
+    h = hashlib.sha256()
+    for demo in demos:
+        record = [demo.env_id, [m.model_dump() for m in demo.messages], demo.response]
+        h.update(json.dumps(record, sort_keys=True).encode())
+        h.update(b"\n")
+    return h.hexdigest()
