@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -16,10 +17,13 @@ class TrajectoryQueue(Generic[T]):
 
     Every queue operation is a call to the queue's actor (a fraction of a millisecond at
     best), so items cross in batches: `put_batch` is one call when there is room, and
-    `get_batch` takes up to `max_items` in at most three. Both are coroutines that never block
-    the caller's event loop; `put_batch` waits while the queue is full, which is the
-    back-pressure that pauses rollout workers when the learner falls behind. The queue can be
-    handed to other Ray actors (it pickles as its actor handle).
+    `get_batch` takes up to `max_items` in at most three. The items themselves never pass
+    through the actor: a batch is stored once in Ray's object store and the queue holds small
+    `(reference, index)` entries, one per item, so the bound still counts items and a batch is
+    serialised once instead of twice more inside the actor. Both calls are coroutines that
+    never block the caller's event loop; `put_batch` waits while the queue is full, which is
+    the back-pressure that pauses rollout workers when the learner falls behind. The queue can
+    be handed to other Ray actors (it pickles as its actor handle).
     """
 
     def __init__(
@@ -42,11 +46,15 @@ class TrajectoryQueue(Generic[T]):
             raise ValueError(f"a batch of {len(items)} can never fit a queue of {self.maxsize}")
         if not items:
             return
+        import ray
+
+        ref = ray.put(list(items))
+        entries = [(ref, i) for i in range(len(items))]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         delay = self.poll_s
         while True:
             try:
-                await self._actor.put_nowait_batch.remote(list(items))
+                await self._actor.put_nowait_batch.remote(entries)
                 return
             except Full:
                 if deadline is not None and time.monotonic() >= deadline:
@@ -64,14 +72,16 @@ class TrajectoryQueue(Generic[T]):
             first = await self._queue.get_async(block=True, timeout=timeout_s)
         except Empty:
             raise TimeoutError(f"no trajectory arrived within {timeout_s:g} s") from None
+        entries: list[tuple[Any, int]] = [first]
         more = min(max_items - 1, await self._actor.qsize.remote())
-        if more <= 0:
-            return [first]
-        try:
-            rest: list[T] = await self._actor.get_nowait_batch.remote(more)
-        except Empty:  # another consumer took them first
-            rest = []
-        return [first, *rest]
+        if more > 0:
+            with contextlib.suppress(Empty):  # another consumer may have taken them first
+                entries += await self._actor.get_nowait_batch.remote(more)
+        batches: dict[Any, list[T]] = {}
+        for ref, _ in entries:
+            if ref not in batches:
+                batches[ref] = await ref
+        return [batches[ref][i] for ref, i in entries]
 
     def qsize(self) -> int:
         return int(self._queue.qsize())
