@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ast
 import builtins
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from agenthub._types import Task
+from agenthub.envs._files import read_jsonl_records
 from agenthub.envs.code_exec._harness import FunctionTests, parse_spec
 
 __all__ = ["FORMATS", "read_code_tasks"]
@@ -31,22 +31,13 @@ def read_code_tasks(path: str | Path, *, format: str = "auto") -> Iterator[Task]
     """
     if format not in FORMATS:
         raise ValueError(f"unknown code task format {format!r}; choose one of {FORMATS}")
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"task file {path} does not exist")
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError("a line must be a JSON object")
-                kind = _detect(record) if format == "auto" else format
-                yield _READERS[kind](record, f"{path.stem}-{n}")
-            except (ValueError, KeyError, SyntaxError) as exc:
-                raise ValueError(f"{where}: not a valid {format} code task: {exc!r}") from exc
+    for where, default_id, record in read_jsonl_records(path):
+        try:
+            kind = _detect(record) if format == "auto" else format
+            task = _READERS[kind](record, default_id)
+        except (ValueError, KeyError, SyntaxError) as exc:
+            raise ValueError(f"{where}: not a valid {format} code task: {exc!r}") from exc
+        yield task
 
 
 def _detect(record: dict[str, Any]) -> str:

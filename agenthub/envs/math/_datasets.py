@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from agenthub._types import Task
+from agenthub.envs._files import read_jsonl_records
 from agenthub.envs.math._extract import gold_from_gsm8k, gold_from_math
 from agenthub.envs.math._generator import INSTRUCTION
 
@@ -19,28 +19,17 @@ def read_math_jsonl(path: str | Path, *, instruction: str = INSTRUCTION) -> Iter
     (MATH) or `label` as given. `instruction` is appended to the question. Other fields are kept
     as metadata, the full solution under `solution`.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"math task file {path} does not exist")
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where} is not valid JSON: {exc}") from exc
-            if not isinstance(record, dict):
-                raise ValueError(f"{where} must be a JSON object, not {type(record).__name__}")
-            try:
-                yield _task(record, f"{path.stem}-{n}", instruction)
-            except (KeyError, ValueError, TypeError) as exc:
-                raise ValueError(
-                    f"{where}: {exc}. Each line needs 'question' and 'answer' (GSM8K, with "
-                    "'#### N'), 'problem' and 'solution' (MATH, with \\boxed{}), or 'prompt' "
-                    f"and 'label'; this one has {sorted(record)}"
-                ) from exc
+    for where, default_id, record in read_jsonl_records(path):
+        fields = sorted(record)
+        try:
+            task = _task(record, default_id, instruction)
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ValueError(
+                f"{where}: {exc}. Each line needs 'question' and 'answer' (GSM8K, with "
+                "'#### N'), 'problem' and 'solution' (MATH, with \\boxed{}), or 'prompt' "
+                f"and 'label'; this one has {fields}"
+            ) from exc
+        yield task
 
 
 def _task(record: dict[str, object], default_id: str, instruction: str) -> Task:

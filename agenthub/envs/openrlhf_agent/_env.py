@@ -1,9 +1,6 @@
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import inspect
-import sys
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -12,6 +9,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._errors import AgentFuncError
 from agenthub._types import Step, Task
+from agenthub.envs._files import import_user_file
 from agenthub.envs._tasks import read_jsonl_tasks, render_plain
 from agenthub.envs.openrlhf_agent import _compat
 from agenthub.envs.openrlhf_agent._loop import LoopThread
@@ -35,19 +33,7 @@ def load_agent_instance_class(path: str | Path) -> type:
 
 def _import_agent_class(path: Path) -> type:
     _compat.install()
-    name = f"agenthub_agent_file_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise AgentFuncError(f"{path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise AgentFuncError(
-            f"importing agent file {path} raised {type(exc).__name__}: {exc}"
-        ) from exc
+    module = import_user_file(path, kind="agent", error=AgentFuncError)
     cls = getattr(module, "AgentInstance", None) or _class_from_executor(module, path)
     if not (inspect.isclass(cls) and callable(getattr(cls, "step", None))):
         raise AgentFuncError(

@@ -1,10 +1,7 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import inspect
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +10,7 @@ from typing import Any
 import anyio
 
 from agenthub._errors import RewardFuncError
+from agenthub.envs._files import import_user_file
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
 
 _loaded: dict[tuple[Path, int], Callable[..., Any]] = {}
@@ -35,20 +33,7 @@ def load_reward_func(path: str | Path) -> RewardFunction:
 
 
 def _import_reward_func(path: Path) -> Callable[..., Any]:
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
-    module_name = f"agenthub_reward_file_{digest}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise RewardFuncError(f"{path} cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        raise RewardFuncError(
-            f"importing reward function file {path} raised {type(exc).__name__}: {exc}"
-        ) from exc
+    module = import_user_file(path, kind="reward function", error=RewardFuncError)
     func = getattr(module, "reward_func", None)
     if not callable(func):
         raise RewardFuncError(

@@ -1,0 +1,51 @@
+"""Reading users' files: JSONL task files and Python files (reward functions, agents)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from agenthub._errors import AgentHubError
+
+
+def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """Yield `(where, default_id, record)` for each non-blank line: `where` is `file:line` for
+    error messages, `default_id` is `<file stem>-<line>` for records without an id."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"task file {path} does not exist")
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where} is not valid JSON: {exc}") from exc
+            if not isinstance(record, dict):
+                raise ValueError(f"{where} must be a JSON object, not {type(record).__name__}")
+            yield where, f"{path.stem}-{n}", record
+
+
+def import_user_file(path: Path, *, kind: str, error: type[AgentHubError]) -> ModuleType:
+    """Import a user's Python file as a module of its own (named after its path); failures
+    raise `error` naming the file."""
+    name = f"agenthub_{kind.replace(' ', '_')}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise error(f"{path} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise error(f"importing {kind} file {path} raised {type(exc).__name__}: {exc}") from exc
+    return module
