@@ -111,12 +111,15 @@ class EpisodeRunner:
         *,
         on_trajectory: Callable[[Trajectory], Awaitable[None]] | None = None,
         on_group: Callable[[list[Trajectory]], Awaitable[None]] | None = None,
+        admission: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         """Run every task's group of episodes, at most `config.concurrency` episodes at once.
 
         `work` gives tasks (each run `n_samples_per_prompt` times) or `(task, n)` pairs.
         `on_trajectory` is awaited as each episode finishes, `on_group` as each task's group
-        does; both apply back-pressure. Tasks are read lazily, so `work` may be endless.
+        does; both apply back-pressure. `admission`, when given, is awaited before each group
+        starts (the trainer's bound on how far rollouts run ahead of the learner). Tasks are
+        read lazily, so `work` may be endless.
         """
         limiter = anyio.CapacityLimiter(self.config.concurrency)
         # One group beyond what the episodes can fill waits ready, so slots never sit idle.
@@ -146,6 +149,8 @@ class EpisodeRunner:
             for item in work:
                 task, n = item if isinstance(item, tuple) else (item, None)
                 await admit.acquire()
+                if admission is not None:
+                    await admission()
                 tg.start_soon(group, task, self.config.n_samples_per_prompt if n is None else n)
 
     async def collect(self, work: Iterable[Task] | Iterable[tuple[Task, int]]) -> list[Trajectory]:

@@ -13,7 +13,6 @@ Handler = Callable[[argparse.Namespace], int]
 # command tree is stable, and say plainly that they do nothing yet.
 _PLANNED = {
     "repl": "step through an environment by hand, as a person or with a model",
-    "train": "train a model on an environment with asynchronous off-policy RL",
     "bench": "run the benchmarks under benchmarks/",
 }
 
@@ -85,6 +84,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(handler=_lazy("agenthub.cli._eval", "eval_command"))
 
     add_model_parser(commands)
+
+    from agenthub.cli._train import add_arguments as train_arguments
+
+    train = commands.add_parser(
+        "train",
+        help="train a model on an environment with asynchronous off-policy RL",
+        description="Train with rollout workers (vLLM) and a DeepSpeed learner on Ray. "
+        "Configure with --config TOML files and KEY=VALUE overrides; the resolved config, "
+        "metrics.jsonl, reward.png and checkpoints go to --out.",
+    )
+    train_arguments(train)
+    train.set_defaults(handler=_lazy("agenthub.cli._train", "train_command"))
 
     for name, summary in _PLANNED.items():
         planned = commands.add_parser(name, help=f"{summary} (planned)")

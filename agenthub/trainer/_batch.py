@@ -49,6 +49,39 @@ class TrainBatch:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The same batch on `device`."""
+        return TrainBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.loss_mask.to(device),
+            self.rollout_logprobs.to(device),
+            self.advantages.to(device),
+        )
+
+    def micro_batches(self, size: int) -> list[TrainBatch]:
+        """Split into micro-batches of up to `size` sequences of similar length, each cut to
+        its own longest sequence: padding costs as much compute as tokens, and episodes differ
+        in length several-fold."""
+        lengths = self.attention_mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        out = []
+        for start in range(0, len(self), size):
+            rows = order[start : start + size]
+            width = max(int(lengths[rows].max()), 1)
+            out.append(
+                TrainBatch(
+                    self.input_ids[rows, :width],
+                    self.attention_mask[rows, :width],
+                    self.loss_mask[rows, :width],
+                    self.rollout_logprobs[rows, :width],
+                    self.advantages[rows]
+                    if self.advantages.dim() == 1
+                    else self.advantages[rows, :width],
+                )
+            )
+        return out
+
     def slice(self, start: int, stop: int) -> TrainBatch:
         return TrainBatch(
             self.input_ids[start:stop],

@@ -30,6 +30,8 @@ class LearnerConfig(BaseModel):
     """Clip the global gradient norm to this value."""
     micro_batch_size: int = Field(8, ge=1)
     """Sequences per forward/backward; a batch is split into micro-batches (accumulation)."""
+    epochs: int = Field(1, ge=1)
+    """Optimiser steps per batch; PPO-clip only matters from the second on."""
     eps_low: float = Field(0.2, ge=0)
     """PPO clip: the ratio is kept above 1 - eps_low for negative advantages."""
     eps_high: float = Field(0.28, ge=0)
@@ -69,10 +71,11 @@ def _init_single_process_distributed() -> None:
 class Learner:
     """Owns the policy under a DeepSpeed engine and takes one optimisation step per batch.
 
-    `step` computes the learner's own logprobs of the batch before updating (`old`), weights
+    `step` computes the learner's logprobs of the batch before updating (`old`), weights
     tokens by the off-policy correction between those and the rollout engine's logprobs,
     applies PPO-clip (and a KL term when `kl_coef` > 0), accumulates over micro-batches and
-    steps once. `state_dict` returns full weights (gathered under ZeRO-3) for the engines.
+    steps the optimiser once per epoch (`epochs`; with one, `old` costs no extra pass).
+    `state_dict` returns full weights (gathered under ZeRO-3) for the engines.
     """
 
     def __init__(self, model_path: str | Path, config: LearnerConfig | None = None) -> None:
@@ -109,65 +112,75 @@ class Learner:
         return token_logprobs(logits, batch.input_ids)
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
-        """One optimisation step on `batch`; returns metrics for logging."""
+        """Learn from `batch` (`epochs` optimiser steps); returns metrics for logging."""
         cfg = self.config
-        chunks = [
-            batch.slice(i, i + cfg.micro_batch_size)
-            for i in range(0, len(batch), cfg.micro_batch_size)
-        ]
-        self.engine.set_gradient_accumulation_boundary(False)
-        totals: dict[str, float] = {}
-        for n, chunk in enumerate(chunks):
-            mask = chunk.loss_mask
+        chunks = batch.micro_batches(cfg.micro_batch_size)
+        width = int(batch.input_ids.shape[1])  # Dr. GRPO's constant normaliser
+        olds: list[torch.Tensor | None] = [None] * len(chunks)
+        if cfg.epochs > 1:
+            # Later epochs clip against the policy the batch was first learned from.
             with torch.no_grad():
-                old = self._logprobs(self.engine.module, chunk)
-            if cfg.importance_mode == "none":
-                weights, clipped, masked = mask.float(), 0.0, 0.0
-            else:
-                iw = importance_weights(
-                    old,
-                    chunk.rollout_logprobs,
-                    mask,
-                    cfg.importance_mode,
-                    cfg.importance_low,
-                    cfg.importance_high,
-                )
-                weights, clipped, masked = iw.weights, iw.clipped_fraction, iw.masked_fraction
-            new = self._logprobs(self.engine, chunk)
-            out = policy_loss(
-                new,
-                old,
-                chunk.advantages,
-                mask,
-                eps_low=cfg.eps_low,
-                eps_high=cfg.eps_high,
-                weights=weights,
-                aggregation=cfg.aggregation,
-            )
-            loss = out.loss
-            metrics = {
-                "clip_fraction": out.clip_fraction,
-                "is_clipped": clipped,
-                "is_masked": masked,
-            }
-            if self.reference is not None:
-                with torch.no_grad():
-                    ref = self._logprobs(self.reference, chunk)
-                kl = kl_divergence(new, ref, mask, cfg.kl_estimator)
-                kl_mean = kl.sum() / mask.sum().clamp_min(1)
-                loss = loss + cfg.kl_coef * kl_mean
-                metrics["kl"] = kl_mean.item()
-            # DeepSpeed steps the optimiser only at the boundary: the last micro-batch.
-            self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
-            self.engine.backward(loss * len(chunk) / len(batch))
-            metrics["loss"] = loss.item()
-            for key, value in metrics.items():
-                totals[key] = totals.get(key, 0.0) + value * len(chunk) / len(batch)
-        self.engine.step()
+                olds = [self._logprobs(self.engine.module, chunk) for chunk in chunks]
+        totals: dict[str, float] = {}
+        share = 1.0 / (len(batch) * cfg.epochs)
+        for _ in range(cfg.epochs):
+            for n, (chunk, old) in enumerate(zip(chunks, olds, strict=True)):
+                # DeepSpeed reduces gradients and steps only at the boundary, which it must
+                # know before the last micro-batch's backward pass.
+                self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
+                metrics = self._accumulate(chunk, old, len(chunk) / len(batch), width)
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + value * len(chunk) * share
+            self.engine.step()
+            norm = self.engine.get_global_grad_norm()
+            totals["grad_norm"] = float(norm) if norm is not None else 0.0
         self.steps += 1
-        norm = self.engine.get_global_grad_norm()
-        totals["grad_norm"] = float(norm) if norm is not None else 0.0
         return totals
+
+    def _accumulate(
+        self, chunk: TrainBatch, old: torch.Tensor | None, scale: float, width: int
+    ) -> dict[str, float]:
+        """Forward and backward one micro-batch; `old` None means the current policy (the first
+        epoch: the same values as the new logprobs, without gradient, and no second pass)."""
+        cfg = self.config
+        mask = chunk.loss_mask
+        new = self._logprobs(self.engine, chunk)
+        old = new.detach() if old is None else old
+        if cfg.importance_mode == "none":
+            weights, clipped, masked = mask.float(), 0.0, 0.0
+        else:
+            iw = importance_weights(
+                old,
+                chunk.rollout_logprobs,
+                mask,
+                cfg.importance_mode,
+                cfg.importance_low,
+                cfg.importance_high,
+            )
+            weights, clipped, masked = iw.weights, iw.clipped_fraction, iw.masked_fraction
+        out = policy_loss(
+            new,
+            old,
+            chunk.advantages,
+            mask,
+            eps_low=cfg.eps_low,
+            eps_high=cfg.eps_high,
+            weights=weights,
+            aggregation=cfg.aggregation,
+            max_tokens=width,
+        )
+        loss = out.loss
+        metrics = {"clip_fraction": out.clip_fraction, "is_clipped": clipped, "is_masked": masked}
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = self._logprobs(self.reference, chunk)
+            kl = kl_divergence(new, ref, mask, cfg.kl_estimator)
+            kl_mean = kl.sum() / mask.sum().clamp_min(1)
+            loss = loss + cfg.kl_coef * kl_mean
+            metrics["kl"] = kl_mean.item()
+        self.engine.backward(loss * scale)
+        metrics["loss"] = loss.item()
+        return metrics
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights on CPU, gathered from all ranks under ZeRO-3."""

@@ -132,3 +132,16 @@ def test_checkpoint_round_trip_restores_weights_and_step(tiny_model: Path, tmp_p
         torch.testing.assert_close(value, saved[key])
     with pytest.raises(FileNotFoundError, match="no learner checkpoint"):
         restored.load_checkpoint(tmp_path / "empty")
+
+
+def test_later_epochs_clip_against_the_policy_the_batch_started_from(tiny_model: Path) -> None:
+    one = Learner(tiny_model, LearnerConfig(zero_stage=0, lr=5e-2, micro_batch_size=1))
+    first = one.step(batch(None, tiny_model, [1.0, -1.0]))
+    assert first["clip_fraction"] == 0.0, "a single epoch never moves away from `old`"
+    several = Learner(
+        tiny_model,
+        LearnerConfig(zero_stage=0, lr=5e-2, micro_batch_size=1, epochs=3, eps_low=0.01),
+    )
+    metrics = several.step(batch(None, tiny_model, [1.0, -1.0]))
+    assert metrics["clip_fraction"] > 0.0, "epochs 2 and 3 see ratios outside [0.99, 1.28]"
+    assert several.steps == 1, "steps count batches, not optimiser steps"

@@ -26,3 +26,29 @@ def test_token_logprobs_align_with_the_tokens_they_score() -> None:
     got = token_logprobs(logits, ids)
     want = [0.0] + [float(torch.log_softmax(logits[0, t - 1], -1)[ids[0, t]]) for t in (1, 2, 3)]
     assert got[0].tolist() == pytest.approx(want, abs=1e-6)
+
+
+def test_micro_batches_group_similar_lengths_and_drop_their_padding() -> None:
+    lengths = [2, 9, 3, 8]
+    b = TrainBatch.collate(
+        [list(range(1, n + 1)) for n in lengths],
+        [[1] * n for n in lengths],
+        [[-0.5] * n for n in lengths],
+        [0.1, 0.2, 0.3, 0.4],
+    )
+    first, second = b.micro_batches(2)
+    assert first.input_ids.shape == (2, 9) and second.input_ids.shape == (2, 3)
+    assert first.advantages.tolist() == pytest.approx([0.2, 0.4])
+    assert second.advantages.tolist() == pytest.approx([0.3, 0.1])
+    assert int(first.loss_mask.sum() + second.loss_mask.sum()) == int(b.loss_mask.sum())
+    per_token = TrainBatch(
+        b.input_ids,
+        b.attention_mask,
+        b.loss_mask,
+        b.rollout_logprobs,
+        torch.arange(36.0).view(4, 9),
+    )
+    assert per_token.micro_batches(2)[1].advantages.tolist() == [
+        [18.0, 19.0, 20.0],
+        [0.0, 1.0, 2.0],
+    ]

@@ -1,0 +1,143 @@
+"""`agenthub train`: asynchronous off-policy RL on an environment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agenthub._errors import AgentHubError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default=None, metavar="ID", help="environment id")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="config overrides with dotted keys, e.g. learner.lr=3e-4 rollout.temperature=0.8 "
+        "env_kwargs.turn_limit=2 (values are JSON when they parse)",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="sparse TOML config file (repeatable; later files and overrides win)",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        metavar="PATH|default",
+        help="model directory (default: the embedded default model)",
+    )
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="run directory (default: runs/train-ENV)"
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+    )
+    parser.add_argument("--steps", type=int, default=None, metavar="N", help="run.max_steps")
+    parser.add_argument("--minutes", type=float, default=None, metavar="M", help="run.max_minutes")
+    parser.add_argument(
+        "--ray-address", default=None, metavar="ADDR", help="join this Ray cluster (ray.address)"
+    )
+    parser.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and exit"
+    )
+
+
+def train_command(args: argparse.Namespace) -> int:
+    from agenthub.trainer._config import load_config
+    from agenthub.trainer._loop import RunDirectory
+
+    overrides = list(args.overrides)
+    for flag, key in (
+        ("env", "env"),
+        ("model", "model"),
+        ("steps", "run.max_steps"),
+        ("minutes", "run.max_minutes"),
+        ("ray_address", "ray.address"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides.append(f"{key}={json.dumps(value)}")
+    out = Path(args.out) if args.out else None
+    base = None
+    if args.resume:
+        if out is None:
+            if args.env is None:
+                raise AgentHubError("--resume needs --out DIR (or --env ID for runs/train-ID)")
+            out = Path(f"runs/train-{args.env}")
+        base = RunDirectory(out).saved_config()
+        if base is None:
+            raise AgentHubError(f"--resume: {out} holds no training run (no config.json)")
+    if base is None and args.env is None and not args.config:
+        raise AgentHubError("agenthub train needs --env ID (see `agenthub envs list`)")
+    config = load_config(args.config, overrides, base=base)
+    if base is not None and base["env"] != config.env:
+        raise AgentHubError(
+            f"--resume: {out} trains env {base['env']!r}, not {config.env!r}; drop --env or "
+            "choose another --out"
+        )
+    out = out or Path(f"runs/train-{config.env}")
+    if args.print_config:
+        print(config.model_dump_json(indent=2))
+        return 0
+    return _run(config, out, args.resume)
+
+
+def _run(config: object, out: Path, resume: bool) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from agenthub.trainer._config import TrainConfig
+    from agenthub.trainer._loop import StepReport, Trainer
+
+    assert isinstance(config, TrainConfig)
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[stats]}"),
+        console=console,
+    )
+    bar = progress.add_task("train", total=config.run.max_steps, stats="starting")
+
+    def on_step(report: StepReport) -> None:
+        held = "" if report.eval_reward is None else f"  held-out {report.eval_reward:.3f}"
+        progress.update(
+            bar,
+            completed=report.step,
+            stats=f"reward {report.reward:.3f}{held}  {report.tokens_per_s:.0f} tok/s  "
+            f"staleness {report.staleness:.1f}  queue {report.queue_depth}  "
+            f"idle {report.idle_fraction:.0%}",
+        )
+
+    trainer = Trainer(config, out, resume=resume, on_step=on_step, log=progress.console.print)
+    console.print(f"agenthub train: env {config.env}, run directory {out}")
+    with progress:
+        summary = trainer.run()
+    console.print(
+        f"stopped after {summary['steps']} steps ({summary['stopped']}); "
+        f"checkpoint, metrics.jsonl and reward.png in {out}"
+    )
+    if summary["first_eval_reward"] is not None:
+        console.print(
+            f"held-out reward: {summary['first_eval_reward']:.3f} at the start, "
+            f"{summary['last_eval_reward']:.3f} at the end"
+        )
+    interrupted = summary["stopped"].startswith("interrupted")
+    if interrupted:
+        console.print(f"resume with: agenthub train --out {out} --resume")
+    print(json.dumps(summary), file=sys.stdout)
+    return 130 if interrupted else 0

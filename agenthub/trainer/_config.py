@@ -1,0 +1,229 @@
+"""`TrainConfig`: everything `agenthub train` does, as one typed tree.
+
+A run is configured by sparse TOML files (only what differs from the defaults) and `key=value`
+overrides with dotted keys (`learner.lr=3e-4`, `rollout.temperature=0.8`); the resolved tree is
+written to the run directory as `config.json` so a run can always be reproduced and resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agenthub._errors import AgentHubError
+from agenthub.trainer._learner import LearnerConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
+
+__all__ = [
+    "AlgorithmConfig",
+    "ConfigError",
+    "EvalConfig",
+    "RayConfig",
+    "RolloutSettings",
+    "RunConfig",
+    "TrainConfig",
+    "load_config",
+]
+
+
+class ConfigError(AgentHubError):
+    """A configuration file or override that does not fit `TrainConfig`."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RolloutSettings(_Section):
+    """How training episodes are played."""
+
+    n_samples_per_prompt: int = Field(8, ge=1)
+    """Episodes per task; a task's episodes form one group for group-based advantages."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of training episodes."""
+    top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling of training episodes."""
+    max_reply_tokens: int = Field(160, ge=1)
+    """Tokens per model reply."""
+    max_turns: int = Field(3, ge=1)
+    """Replies per episode; an episode still going after that is truncated."""
+    max_tokens: int | None = Field(None, ge=2)
+    """Longest token sequence of an episode (default: the model's context)."""
+    concurrency: int = Field(32, ge=1)
+    """Episodes in flight per rollout worker."""
+    env_step_timeout_s: float = Field(60.0, gt=0)
+    """An env `reset` or `step` slower than this ends the episode as `env_timeout`."""
+    generate_timeout_s: float = Field(300.0, gt=0)
+    """A generation slower than this ends the episode as `generation_timeout`."""
+
+
+class AlgorithmConfig(_Section):
+    """What is learned from each batch."""
+
+    estimator: Literal["group_norm", "dr_grpo", "rloo", "reinforce", "reinforce_baseline"] = (
+        "group_norm"
+    )
+    """Advantage estimator over each group's rewards (see agenthub.trainer.advantages)."""
+    batch_groups: int = Field(8, ge=1)
+    """Groups (a task and its n_samples_per_prompt episodes) per learner step."""
+    max_staleness: int = Field(1, ge=0)
+    """Never train on a trajectory generated more than this many policy versions ago. 0 is
+    synchronous training: rollouts wait for every learner step."""
+    filter_groups: bool = True
+    """Dynamic filtering: skip groups whose scores are all equal (they carry no signal)."""
+    filter_low: float = 0.0
+    """With filtering, keep groups whose mean score is at least this."""
+    filter_high: float = 1.0
+    """With filtering, keep groups whose mean score is at most this."""
+
+    @model_validator(mode="after")
+    def _check_range(self) -> AlgorithmConfig:
+        if self.filter_low > self.filter_high:
+            raise ValueError(
+                f"filter_low {self.filter_low} is above filter_high {self.filter_high}"
+            )
+        return self
+
+
+class EvalConfig(_Section):
+    """Periodic evaluation on held-out tasks with the current policy."""
+
+    every: int = Field(10, ge=0)
+    """Evaluate every this many learner steps (and before the first and after the last);
+    0 turns evaluation off."""
+    split: str = "held_out"
+    """The env's task split to evaluate on."""
+    tasks: int = Field(32, ge=1)
+    """Held-out tasks per evaluation (the same tasks each time)."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of evaluation episodes; the reward is the mean over them."""
+    samples_per_task: int = Field(1, ge=1)
+    """Episodes per held-out task."""
+
+
+class RunConfig(_Section):
+    """How long the run is and what it keeps."""
+
+    max_steps: int = Field(200, ge=1)
+    """Learner steps to take in all (a resumed run continues towards the same number)."""
+    max_minutes: float | None = Field(None, gt=0)
+    """Stop after this much wall time of training (checkpointing first), even before
+    `max_steps`."""
+    checkpoint_every: int = Field(20, ge=1)
+    """Save a checkpoint every this many steps (and when the run stops)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """Checkpoints kept on disk; older ones are deleted."""
+    save_trajectories: int = Field(4, ge=0)
+    """Trajectories of each step appended to trajectories.jsonl as samples."""
+    wandb: Literal["auto", "online", "offline", "disabled"] = "auto"
+    """Weights & Biases: `auto` logs online when credentials are set up, offline otherwise."""
+    seed: int = 0
+    """Seed of task order, env resets and sampling."""
+
+
+class RayConfig(_Section):
+    """Where the run's parts are placed."""
+
+    address: str | None = None
+    """A Ray cluster to join (`ray://host:10001`, `auto`); default: start Ray in-process."""
+    rollout_workers: int = Field(1, ge=1)
+    """Rollout workers, each with its own inference engine."""
+    worker_num_gpus: float = Field(0.0, ge=0)
+    """GPUs reserved for each rollout worker's engine."""
+    learner_num_gpus: float = Field(0.0, ge=0)
+    """GPUs reserved for the learner."""
+    learner_threads: int = Field(1, ge=1)
+    """CPU threads of the learner's torch ops."""
+    worker_threads: int = Field(1, ge=1)
+    """CPU threads of each rollout worker's engine (on CPU machines)."""
+
+
+class TrainConfig(_Section):
+    """The whole run. Every field has a default that trains the embedded model."""
+
+    env: str
+    """Environment id (see `agenthub envs list`)."""
+    env_kwargs: dict[str, Any] = {}
+    """Arguments for the environment's constructor."""
+    model: str = "default"
+    """A local Hugging Face model directory, or `default` for the embedded default model."""
+    rollout: RolloutSettings = RolloutSettings()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    learner: LearnerConfig = LearnerConfig()
+    eval: EvalConfig = EvalConfig()
+    run: RunConfig = RunConfig()
+    ray: RayConfig = RayConfig()
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {key}: {part} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`key=value`: the value as JSON when it parses (numbers, booleans, lists), else a string."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {item!r} is not KEY=VALUE (for example learner.lr=3e-4)")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def load_config(
+    files: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    base: Mapping[str, Any] | None = None,
+) -> TrainConfig:
+    """Resolve `base`, then each TOML file in order, then `key=value` overrides."""
+    tree: dict[str, Any] = dict(base or {})
+    for file in files:
+        path = Path(file)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        tree = _merge(tree, data)
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(tree, key, value)
+    try:
+        return TrainConfig.model_validate(tree)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid training config: {problems}. See `agenthub train --help` and the README's "
+            "training section for the fields"
+        ) from None

@@ -1,0 +1,555 @@
+"""The training loop: rollout workers and the learner on Ray, joined by a bounded queue.
+
+Rollout workers play episodes continuously and push finished groups into the queue, admitted
+no further ahead of the learner than `max_staleness` policy versions. The driver (this module)
+takes groups off the queue, drops the stale, failed and signal-free ones, computes advantages,
+hands the batch to the learner actor, and sends the new weights to every engine under the next
+policy version while the learner goes on. With `max_staleness = 0` the same loop is
+synchronous: rollouts wait for each step's weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import shutil
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from agenthub._errors import AgentHubError
+from agenthub.agents import Trajectory
+from agenthub.trainer._config import AlgorithmConfig, TrainConfig
+from agenthub.trainer._metrics import MetricsLog
+
+__all__ = ["RunDirectory", "StepReport", "Trainer", "triage"]
+
+STATE = "state.json"
+CONFIG = "config.json"
+CHECKPOINTS = "checkpoints"
+
+
+class RunDirectory:
+    """The files of one run: `config.json`, `metrics.jsonl`, `trajectories.jsonl` samples,
+    `checkpoints/` (DeepSpeed's, plus `state.json` naming the newest complete one) and
+    `reward.png`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.checkpoints = path / CHECKPOINTS
+
+    def saved_config(self) -> dict[str, Any] | None:
+        file = self.path / CONFIG
+        return json.loads(file.read_text(encoding="utf-8")) if file.exists() else None
+
+    def state(self) -> dict[str, Any] | None:
+        file = self.checkpoints / STATE
+        return json.loads(file.read_text(encoding="utf-8")) if file.exists() else None
+
+    def write_config(self, config: TrainConfig) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.path / CONFIG, config.model_dump_json(indent=2) + "\n")
+
+    def write_state(self, state: dict[str, Any], keep: int) -> None:
+        """Record a complete checkpoint as the newest, then delete all but the `keep` newest."""
+        history = [*(self.state() or {}).get("history", []), state["tag"]]
+        state = {**state, "history": history[-keep:]}
+        _write_atomic(self.checkpoints / STATE, json.dumps(state, indent=2) + "\n")
+        for old in history[:-keep]:
+            shutil.rmtree(self.checkpoints / old, ignore_errors=True)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+@dataclass
+class StepReport:
+    """What the progress display shows after each learner step."""
+
+    step: int
+    max_steps: int
+    reward: float
+    tokens_per_s: float
+    staleness: float
+    queue_depth: int
+    idle_fraction: float
+    eval_reward: float | None = None
+
+
+@dataclass
+class _Batch:
+    groups: list[list[Trajectory]] = field(default_factory=list)
+    seen: list[list[Trajectory]] = field(default_factory=list)
+    wait_s: float = 0.0
+    stale: int = 0
+    failed: int = 0
+    filtered: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+
+def _actor(cls: type, **options: Any) -> Any:
+    """`cls` as a Ray actor class with `options` (typed loosely: Ray's stubs do not follow
+    methods through `.remote`)."""
+    import ray
+
+    return ray.remote(cls).options(**options)
+
+
+def _worker_env(cfg: TrainConfig) -> dict[str, str]:
+    """Environment of a rollout worker: its engine's CPU threads, and vLLM's start-up chatter
+    kept out of the run's output unless the user asked for it."""
+    return {
+        "OMP_NUM_THREADS": str(cfg.ray.worker_threads),
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+    }
+
+
+def _cancel(refs: list[Any]) -> None:
+    import ray
+
+    for ref in refs:
+        ray.cancel(ref)
+
+
+def _min_version(group: list[Trajectory]) -> int:
+    return min((min(t.policy_versions) for t in group if t.policy_versions), default=0)
+
+
+Verdict = Literal["keep", "stale", "failed", "filtered"]
+
+
+def triage(group: list[Trajectory], version: int, algo: AlgorithmConfig) -> Verdict:
+    """What the learner at policy `version` does with a finished group.
+
+    `stale`: some token was sampled more than `max_staleness` versions ago; `failed`: an
+    episode ended in an error (its reward means nothing); `filtered`: dynamic filtering found
+    no signal (all scores equal) or a mean score outside [filter_low, filter_high]; else `keep`.
+    """
+    from agenthub.trainer._advantages import filter_groups
+
+    if version - _min_version(group) > algo.max_staleness:
+        return "stale"
+    if any(t.error is not None for t in group):
+        return "failed"
+    if algo.filter_groups:
+        keep = filter_groups(
+            [t.success_score for t in group], len(group), algo.filter_low, algo.filter_high
+        )
+        if not bool(keep.all()):
+            return "filtered"
+    return "keep"
+
+
+class Trainer:
+    """One training run. `run()` trains until `max_steps`, `max_minutes` or `stop()`, saving a
+    checkpoint whenever it stops; a later `Trainer` on the same directory with `resume=True`
+    continues from that checkpoint with the learner's optimizer state, the policy version and
+    the position in each worker's task stream."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        out: Path,
+        *,
+        resume: bool = False,
+        on_step: Callable[[StepReport], None] | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.config = config
+        self.dir = RunDirectory(out)
+        self.resume = resume
+        self.on_step = on_step
+        self.log = log
+        self._stop = asyncio.Event()
+        self.stop_reason = ""
+
+    def stop(self, reason: str = "stopped") -> None:
+        """Ask the run to stop after the step in progress (safe from a signal handler)."""
+        self.stop_reason = self.stop_reason or reason
+        self._stop.set()
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def _prepare_directory(self) -> dict[str, Any] | None:
+        state = self.dir.state()
+        if self.resume:
+            if state is None:
+                raise AgentHubError(
+                    f"--resume: {self.dir.path} has no checkpoint to resume from; start a new "
+                    "run without --resume"
+                )
+        elif state is not None or (self.dir.path / "metrics.jsonl").exists():
+            raise AgentHubError(
+                f"{self.dir.path} already holds a training run; pass --resume to continue it, "
+                "or choose another --out"
+            )
+        self.dir.write_config(self.config)
+        return state
+
+    def _start_ray(self) -> None:
+        import ray
+
+        if ray.is_initialized():
+            return
+        options: dict[str, Any] = {
+            "include_dashboard": False,
+            "logging_level": "WARNING",
+            "log_to_driver": True,
+        }
+        if self.config.ray.address:
+            ray.init(address=self.config.ray.address, **options)
+        else:
+            # Ray runs its workers at niceness 15 by default; here they are the job itself,
+            # and would lose their cores to anything else on the machine.
+            os.environ.setdefault("RAY_worker_niceness", "0")
+            cpus = max(os.cpu_count() or 1, self.config.ray.rollout_workers + 1)
+            ray.init(num_cpus=cpus, **options)
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Train; returns a summary (steps, stop reason, last rewards)."""
+        return asyncio.run(self._main())
+
+    async def _main(self) -> dict[str, Any]:
+        import ray
+
+        from agenthub.cli._eval import resolve_model
+        from agenthub.trainer._queue import TrajectoryQueue
+        from agenthub.trainer._workers import Admission, LearnerWorker, RolloutWorker
+
+        cfg = self.config
+        state = self._prepare_directory()
+        model_path = resolve_model(cfg.model, needed=True)
+        assert model_path is not None
+        self._start_ray()
+        loop = asyncio.get_running_loop()
+        with _interruptible(loop, self):
+            step = int(state["step"]) if state else 0
+            tasks_done = list(state["tasks_drawn"]) if state else [0] * cfg.ray.rollout_workers
+            elapsed_before = float(state["elapsed_s"]) if state else 0.0
+            if len(tasks_done) != cfg.ray.rollout_workers:
+                raise AgentHubError(
+                    f"the checkpoint has {len(tasks_done)} rollout workers' task positions but "
+                    f"the config asks for {cfg.ray.rollout_workers}; resume with "
+                    f"ray.rollout_workers={len(tasks_done)}"
+                )
+            config_dict = cfg.model_dump(mode="json")
+            B = cfg.algorithm.batch_groups
+            queue: TrajectoryQueue[list[Trajectory]] = TrajectoryQueue(
+                (cfg.algorithm.max_staleness + 2) * B, actor_options={"num_cpus": 0}
+            )
+            admission = _actor(Admission, num_cpus=0, max_concurrency=10_000).remote(
+                B, cfg.algorithm.max_staleness, step
+            )
+            learner = _actor(LearnerWorker, num_cpus=1, num_gpus=cfg.ray.learner_num_gpus).remote(
+                config_dict, str(model_path)
+            )
+            workers = [
+                _actor(
+                    RolloutWorker,
+                    num_cpus=1,
+                    num_gpus=cfg.ray.worker_num_gpus,
+                    max_concurrency=10_000,
+                    runtime_env={"env_vars": _worker_env(cfg)},
+                ).remote(config_dict, str(model_path), rank, queue, admission, tasks_done[rank])
+                for rank in range(cfg.ray.rollout_workers)
+            ]
+            metrics = MetricsLog(
+                self.dir.path,
+                title=f"agenthub train --env {cfg.env}",
+                wandb=cfg.run.wandb,
+                config=config_dict,
+                resume=self.resume,
+            )
+            self._learner, self._workers, self._admission, self._queue = (
+                learner,
+                workers,
+                admission,
+                queue,
+            )
+            self._metrics = metrics
+            running: list[Any] = []
+            try:
+                self.log(f"starting {len(workers)} rollout worker(s) and the learner")
+                await asyncio.gather(*(w.start.remote() for w in workers))
+                if state is not None:
+                    steps = await learner.load_checkpoint.remote(
+                        str(self.dir.checkpoints), state["tag"]
+                    )
+                    if steps != step:
+                        raise AgentHubError(
+                            f"checkpoint {state['tag']} holds {steps} learner steps, state.json "
+                            f"says {step}; the checkpoint directory is inconsistent"
+                        )
+                    await self._sync(step)
+                    self.log(f"resumed from {state['tag']} (policy version {step})")
+                else:
+                    await learner.state_dict.remote()  # the learner is up before rollouts start
+                    if cfg.eval.every:
+                        self.log("evaluating the starting policy on held-out tasks")
+                        await self._evaluate(0)
+                running = [w.run.remote() for w in workers]
+                return await self._loop(step, elapsed_before, running)
+            finally:
+                _cancel(running)
+                await asyncio.gather(*(w.close.remote() for w in workers), return_exceptions=True)
+                metrics.close()
+                queue.shutdown()
+                for actor in [learner, admission, *workers]:
+                    ray.kill(actor)
+
+    async def _loop(self, step: int, elapsed_before: float, running: list[Any]) -> dict[str, Any]:
+        cfg = self.config
+        started = time.monotonic() - elapsed_before
+        deadline = math.inf if cfg.run.max_minutes is None else started + cfg.run.max_minutes * 60
+        sync: asyncio.Task[None] | None = None
+        evals: list[asyncio.Task[None]] = []
+        last_tokens, last_time = await self._generated_tokens(), time.monotonic()
+        self.stop_reason = ""
+        while step < cfg.run.max_steps:
+            if self._stop.is_set():
+                break
+            if time.monotonic() >= deadline:
+                self.stop_reason = f"reached max_minutes={cfg.run.max_minutes:g}"
+                break
+            step_start = time.monotonic()
+            batch = await self._assemble(step, running)
+            if batch is None:
+                break
+            learn_start = time.monotonic()
+            learned = await self._learner.step.remote(self._collate(batch))
+            learn_s = time.monotonic() - learn_start
+            step += 1
+            if sync is not None:
+                await sync
+            sync = asyncio.create_task(self._sync(step))
+            if cfg.algorithm.max_staleness == 0:
+                await sync  # synchronous: the next rollouts need these weights
+            now = time.monotonic()
+            tokens = await self._generated_tokens()
+            record = self._record(step, batch, learned, now - step_start, learn_s)
+            record["time_s"] = now - started
+            record["tokens_per_s"] = (tokens - last_tokens) / max(now - last_time, 1e-9)
+            last_tokens, last_time = tokens, now
+            self._metrics.log(record)
+            self._save_samples(batch)
+            if step % cfg.run.checkpoint_every == 0:
+                await self._checkpoint(step, now - started)
+            if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.max_steps:
+                evals.append(asyncio.create_task(self._evaluate(step)))
+            if step % 5 == 0:
+                self._metrics.plot()
+            if self.on_step is not None:
+                self.on_step(
+                    StepReport(
+                        step=step,
+                        max_steps=cfg.run.max_steps,
+                        reward=record["train/reward"],
+                        tokens_per_s=record["tokens_per_s"],
+                        staleness=record["staleness/mean"],
+                        queue_depth=record["queue_depth"],
+                        idle_fraction=record["learner/idle_fraction"],
+                        eval_reward=self._last_eval,
+                    )
+                )
+        if sync is not None:
+            await sync
+        self.stop_reason = self.stop_reason or f"reached max_steps={cfg.run.max_steps}"
+        elapsed = time.monotonic() - started
+        state = self.dir.state()
+        if state is None or state["step"] != step:
+            await self._checkpoint(step, elapsed)
+        _cancel(running)
+        await asyncio.gather(*evals, return_exceptions=True)
+        if cfg.eval.every and step > 0 and not self._stop.is_set():
+            await self._evaluate(step)
+        self._metrics.plot()
+        return {
+            "steps": step,
+            "stopped": self.stop_reason,
+            "elapsed_s": elapsed,
+            "last_eval_reward": self._last_eval,
+            "first_eval_reward": self._first_eval,
+        }
+
+    _last_eval: float | None = None
+    _first_eval: float | None = None
+
+    async def _generated_tokens(self) -> int:
+        stats = await asyncio.gather(*(w.stats.remote() for w in self._workers))
+        return sum(int(s["generated_tokens"]) for s in stats)
+
+    async def _assemble(self, version: int, running: list[Any]) -> _Batch | None:
+        """Take groups off the queue until `batch_groups` usable ones are in hand."""
+        algo = self.config.algorithm
+        batch = _Batch()
+        while len(batch.groups) < algo.batch_groups:
+            if self._stop.is_set():
+                return None
+            waited = time.monotonic()
+            try:
+                got = await self._queue.get_batch(
+                    algo.batch_groups - len(batch.groups), timeout_s=1.0
+                )
+            except TimeoutError:
+                got = []
+                self._check_workers(running)
+            batch.wait_s += time.monotonic() - waited
+            discarded = 0
+            for group in got:
+                verdict = triage(group, version, algo)
+                if verdict == "failed":
+                    batch.errors.update(t.error.cause for t in group if t.error is not None)
+                if verdict != "stale" and verdict != "failed":
+                    batch.seen.append(group)
+                if verdict == "keep":
+                    batch.groups.append(group)
+                    continue
+                discarded += 1
+                setattr(batch, verdict, getattr(batch, verdict) + 1)
+            if discarded:
+                # Their places go back at once: rollouts must go on while the batch fills.
+                await self._admission.discard.remote(discarded)
+        return batch
+
+    def _check_workers(self, running: list[Any]) -> None:
+        import ray
+
+        done, _ = ray.wait(running, timeout=0)
+        for ref in done:
+            ray.get(ref)  # raises the worker's error
+            raise AgentHubError("a rollout worker stopped producing episodes")
+
+    def _collate(self, batch: _Batch) -> Any:
+        from agenthub.trainer._advantages import advantages
+        from agenthub.trainer._batch import TrainBatch
+
+        trajectories = [t for group in batch.groups for t in group]
+        n = len(batch.groups[0])
+        adv = advantages([t.reward for t in trajectories], n, self.config.algorithm.estimator)
+        return TrainBatch.collate(
+            [t.tokens for t in trajectories],
+            [t.loss_mask for t in trajectories],
+            [t.logprobs for t in trajectories],
+            adv,
+        )
+
+    def _record(
+        self, step: int, batch: _Batch, learned: dict[str, float], step_s: float, learn_s: float
+    ) -> dict[str, Any]:
+        seen = [t for group in batch.seen for t in group]
+        trained = [t for group in batch.groups for t in group]
+        staleness = [step - 1 - _min_version(g) for g in batch.groups]
+        record: dict[str, Any] = {
+            "step": step,
+            "train/reward": sum(t.reward for t in seen) / len(seen) if seen else float("nan"),
+            "train/score": sum(t.success_score for t in seen) / len(seen) if seen else float("nan"),
+            "train/trained_reward": sum(t.reward for t in trained) / len(trained),
+            "train/generated_tokens": sum(t.num_generated_tokens for t in trained),
+            "train/mean_turns": sum(t.num_turns for t in trained) / len(trained),
+            "groups/trained": len(batch.groups),
+            "groups/filtered": batch.filtered,
+            "groups/stale": batch.stale,
+            "groups/failed": batch.failed,
+            "staleness/mean": sum(staleness) / len(staleness),
+            "staleness/max": max(staleness),
+            "queue_depth": self._queue.qsize(),
+            "learner/step_s": step_s,
+            "learner/learn_s": learn_s,
+            "learner/wait_s": batch.wait_s,
+            "learner/idle_fraction": batch.wait_s / step_s if step_s > 0 else 0.0,
+        }
+        record.update({f"errors/{cause}": n for cause, n in batch.errors.items()})
+        record.update({f"learner/{k}": v for k, v in learned.items()})
+        return record
+
+    def _save_samples(self, batch: _Batch) -> None:
+        n = self.config.run.save_trajectories
+        if not n:
+            return
+        with (self.dir.path / "trajectories.jsonl").open("a", encoding="utf-8") as sink:
+            for t in [t for group in batch.groups for t in group][:n]:
+                sink.write(t.model_dump_json() + "\n")
+
+    async def _sync(self, version: int) -> None:
+        """Send the learner's weights to every engine as `version`, then admit rollouts for
+        it. The weights cross once through Ray's object store (shared memory on one node)."""
+        weights = self._learner.state_dict.remote()
+        await asyncio.gather(*(w.update_weights.remote(weights, version) for w in self._workers))
+        await self._admission.set_version.remote(version)
+
+    async def _evaluate(self, step: int) -> None:
+        cfg = self.config.eval
+        result = await self._workers[0].evaluate.remote(
+            cfg.tasks, cfg.split, cfg.temperature, cfg.samples_per_task
+        )
+        self._last_eval = result["reward"]
+        if self._first_eval is None:
+            self._first_eval = result["reward"]
+        self._metrics.log(
+            {
+                "step": step,
+                "eval/reward": result["reward"],
+                "eval/score": result["score"],
+                "eval/policy_version": result["version"],
+                "eval/errors": result["errors"],
+            }
+        )
+        self._metrics.plot()
+        self.log(
+            f"held-out reward {result['reward']:.3f} at step {step} "
+            f"({result['episodes']} episodes, policy version {result['version']})"
+        )
+
+    async def _checkpoint(self, step: int, elapsed_s: float) -> None:
+        tag = f"step-{step}"
+        await self._learner.save_checkpoint.remote(str(self.dir.checkpoints), tag)
+        stats = await asyncio.gather(*(w.stats.remote() for w in self._workers))
+        self.dir.write_state(
+            {
+                "step": step,
+                "tag": tag,
+                "tasks_drawn": [int(s["tasks_drawn"]) for s in stats],
+                "elapsed_s": elapsed_s,
+            },
+            keep=self.config.run.keep_checkpoints,
+        )
+
+
+class _interruptible:
+    """The first Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and save
+    a checkpoint; a second Ctrl-C stops at once."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, trainer: Trainer) -> None:
+        self.loop = loop
+        self.trainer = trainer
+        self.presses = 0
+
+    def _handle(self, sig: signal.Signals) -> None:
+        self.presses += 1
+        if self.presses > 1:
+            raise KeyboardInterrupt
+        self.trainer.log(
+            f"{sig.name}: stopping after this step and saving a checkpoint "
+            "(press Ctrl-C again to quit without saving)"
+        )
+        self.trainer.stop(f"interrupted by {sig.name}")
+
+    def __enter__(self) -> _interruptible:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.loop.add_signal_handler(sig, self._handle, sig)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.loop.remove_signal_handler(sig)

@@ -1,0 +1,251 @@
+"""The Ray actors of a training run: rollout workers, the learner and the admission gate.
+
+The classes here are plain Python; `agenthub.trainer._loop` wraps them with `ray.remote` and
+places them, so the same run works in one process tree or across a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agenthub._env import Env
+from agenthub._registry import make
+from agenthub._types import Task
+from agenthub.agents import (
+    ChatTokenizer,
+    EpisodeRunner,
+    RolloutConfig,
+    SamplingParams,
+    Timeouts,
+    Trajectory,
+)
+from agenthub.trainer._config import TrainConfig
+
+__all__ = ["Admission", "LearnerWorker", "RolloutWorker", "task_stream"]
+
+
+def task_stream(env: Env[Any], split: str, seed: int, rank: int, workers: int) -> Iterator[Task]:
+    """The env's tasks for `split`, endlessly: each epoch in a new seeded order, each worker
+    taking every `workers`-th task from `rank`. An endless source is read as it comes."""
+    for epoch in itertools.count():
+        tasks = iter(env.tasks(split))
+        first = list(itertools.islice(tasks, 100_000))
+        if len(first) < 100_000:
+            random.Random(f"{seed}:{epoch}").shuffle(first)
+            chunk: Iterator[Task] = iter(first)
+        else:
+            chunk = itertools.chain(first, tasks)
+        yielded = False
+        for task in itertools.islice(chunk, rank, None, workers):
+            yielded = True
+            yield task
+        if not yielded:
+            raise ValueError(
+                f"env {env.spec.id if env.spec else env} has no {split!r} tasks for rollout "
+                f"worker {rank} of {workers}"
+            )
+
+
+class Admission:
+    """Bounds how far rollouts run ahead of the learner (an async Ray actor).
+
+    A group may start while `started - discarded < (version + max_staleness + 1) * batch`:
+    with groups trained roughly in the order they start, a group started under policy
+    version v is then trained by version v + max_staleness at the latest. Groups the learner
+    discards (filtered, failed, too stale) give their place back. The hard bound is enforced
+    again when batches are assembled, from the versions recorded on every token.
+    """
+
+    def __init__(self, batch_groups: int, max_staleness: int, version: int = 0) -> None:
+        self.batch = batch_groups
+        self.max_staleness = max_staleness
+        self.version = version
+        self.started = version * batch_groups
+        self.discarded = 0
+        self._changed = asyncio.Condition()
+
+    def _open(self) -> bool:
+        return self.started - self.discarded < (
+            (self.version + self.max_staleness + 1) * self.batch
+        )
+
+    async def acquire(self) -> int:
+        """Wait for room, take it; returns the policy version it was admitted under."""
+        async with self._changed:
+            await self._changed.wait_for(self._open)
+            self.started += 1
+            return self.version
+
+    async def set_version(self, version: int) -> None:
+        async with self._changed:
+            self.version = version
+            self._changed.notify_all()
+
+    async def discard(self, groups: int) -> None:
+        async with self._changed:
+            self.discarded += groups
+            self._changed.notify_all()
+
+    def stats(self) -> dict[str, int]:
+        return {"started": self.started, "discarded": self.discarded, "version": self.version}
+
+
+class RolloutWorker:
+    """One inference engine and many episodes in flight (an async Ray actor).
+
+    `run` plays training episodes forever, one group per admitted task, and pushes finished
+    groups into the trajectory queue; `update_weights` loads the learner's weights under a new
+    policy version between generations; `evaluate` plays held-out tasks on the same engine.
+    The worker holds one env instance open for its whole life, so resources that the env's
+    instances share (the sandbox's warm pool) stay warm between steps.
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        model_path: str,
+        rank: int,
+        queue: Any,
+        admission: Any,
+        tasks_done: int = 0,
+    ) -> None:
+        self.config = TrainConfig.model_validate(config)
+        self.model_path = model_path
+        self.rank = rank
+        self.queue = queue
+        self.admission = admission
+        self.tasks_drawn = tasks_done
+        self.generated_tokens = 0
+
+    async def start(self) -> int:
+        """Start the engine (inside the actor's event loop) and open the env; returns the
+        engine's context length."""
+        from agenthub.agents import VLLMEngine
+
+        cfg = self.config
+        self.chat = ChatTokenizer.from_pretrained(self.model_path)
+        self.engine = VLLMEngine(
+            self.model_path,
+            seed=cfg.run.seed + self.rank,
+            max_num_seqs=max(cfg.rollout.concurrency, cfg.eval.tasks * cfg.eval.samples_per_task),
+        )
+        self.keeper = make(cfg.env, **cfg.env_kwargs)
+        timeouts = Timeouts(
+            generate_s=cfg.rollout.generate_timeout_s, env_step_s=cfg.rollout.env_step_timeout_s
+        )
+        self.rollout = RolloutConfig(
+            sampling=SamplingParams(
+                max_tokens=cfg.rollout.max_reply_tokens,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+            ),
+            max_turns=cfg.rollout.max_turns,
+            max_tokens=cfg.rollout.max_tokens,
+            concurrency=cfg.rollout.concurrency,
+            n_samples_per_prompt=cfg.rollout.n_samples_per_prompt,
+            timeouts=timeouts,
+            seed=cfg.run.seed * 1000 + self.rank,
+        )
+        self.runner = EpisodeRunner(
+            self.engine, self.chat, cfg.env, self.rollout, env_kwargs=cfg.env_kwargs
+        )
+        return self.engine.max_model_len
+
+    async def run(self) -> None:
+        """Play training episodes until cancelled, pushing each finished group."""
+        cfg = self.config
+        stream = task_stream(self.keeper, "train", cfg.run.seed, self.rank, cfg.ray.rollout_workers)
+        for _ in range(self.tasks_drawn):
+            next(stream)
+
+        def counted() -> Iterator[Task]:
+            for task in stream:
+                self.tasks_drawn += 1
+                yield task
+
+        async def push(group: list[Trajectory]) -> None:
+            self.generated_tokens += sum(t.num_generated_tokens for t in group)
+            await self.queue.put_batch([group])
+
+        async def admit() -> None:
+            await self.admission.acquire.remote()
+
+        await self.runner.run(counted(), on_group=push, admission=admit)
+
+    async def update_weights(self, state_dict: dict[str, Any], version: int) -> float:
+        """Load new weights; returns the seconds it took."""
+        started = time.perf_counter()
+        await self.engine.update_weights(state_dict, version)
+        return time.perf_counter() - started
+
+    async def evaluate(
+        self, tasks: int, split: str, temperature: float, samples: int
+    ) -> dict[str, Any]:
+        """Mean reward and score of the current policy on the first `tasks` tasks of `split`."""
+        selected = list(itertools.islice(self.keeper.tasks(split), tasks))
+        config = RolloutConfig(
+            sampling=self.rollout.sampling.replace(temperature=temperature, seed=0),
+            max_turns=self.rollout.max_turns,
+            max_tokens=self.rollout.max_tokens,
+            concurrency=max(1, len(selected) * samples),
+            n_samples_per_prompt=samples,
+            timeouts=self.rollout.timeouts,
+            seed=0,
+        )
+        runner = EpisodeRunner(
+            self.engine, self.chat, self.config.env, config, env_kwargs=self.config.env_kwargs
+        )
+        version = self.engine.policy_version
+        done = await runner.collect(selected)
+        ok = [t for t in done if t.error is None]
+        return {
+            "version": version,
+            "reward": sum(t.reward for t in ok) / len(ok) if ok else float("nan"),
+            "score": sum(t.success_score for t in ok) / len(ok) if ok else float("nan"),
+            "episodes": len(done),
+            "errors": len(done) - len(ok),
+        }
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "tasks_drawn": self.tasks_drawn,
+            "generated_tokens": self.generated_tokens,
+            "policy_version": self.engine.policy_version,
+        }
+
+    async def close(self) -> None:
+        await self.keeper.aclose()
+        await self.engine.aclose()
+
+
+class LearnerWorker:
+    """The DeepSpeed learner in its own process (a Ray actor)."""
+
+    def __init__(self, config: dict[str, Any], model_path: str) -> None:
+        import torch
+
+        from agenthub.trainer._learner import Learner
+
+        cfg = TrainConfig.model_validate(config)
+        torch.set_num_threads(cfg.ray.learner_threads)
+        torch.manual_seed(cfg.run.seed)
+        self.learner = Learner(model_path, cfg.learner)
+
+    def step(self, batch: Any) -> dict[str, float]:
+        return self.learner.step(batch.to(self.learner.engine.device))
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.learner.state_dict()
+
+    def save_checkpoint(self, directory: str, tag: str) -> None:
+        self.learner.save_checkpoint(Path(directory), tag)
+
+    def load_checkpoint(self, directory: str, tag: str) -> int:
+        self.learner.load_checkpoint(Path(directory), tag)
+        return self.learner.steps

@@ -1,0 +1,84 @@
+"""Learner idle time and wall time per step: asynchronous vs synchronous training, one process.
+
+Runs `agenthub train` twice on the same env, model and config, in one process run: once
+asynchronous (`algorithm.max_staleness`, default 1: rollouts keep playing while the learner
+steps and weights sync) and once synchronous (`max_staleness=0`: every rollout waits for the
+previous step's weights, the way lockstep trainers work). For each it reads the run's
+metrics.jsonl and reports the learner's idle fraction (time waiting on the trajectory queue
+over step time) and the mean wall time per step, leaving out the first steps (start-up).
+Targets: async idle fraction under 10%, async wall time per step at most 0.6x sync. The last
+line is that ratio.
+
+    python benchmarks/learner_idle.py [--env code_exec] [--steps 12] [KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from agenthub.trainer._config import load_config
+from agenthub.trainer._loop import Trainer
+from agenthub.trainer._metrics import read_metrics
+
+
+def run(mode: str, env: str, steps: int, staleness: int, overrides: list[str], out: Path) -> dict:
+    config = load_config(
+        [],
+        [
+            f"env={env}",
+            f"run.max_steps={steps}",
+            f"algorithm.max_staleness={staleness}",
+            "eval.every=0",
+            "run.wandb=disabled",
+            f"run.checkpoint_every={steps}",
+            *overrides,
+        ],
+    )
+    print(f"[{mode}] training {steps} steps with max_staleness={staleness} ...", flush=True)
+    Trainer(config, out, log=lambda line: print(f"[{mode}] {line}", flush=True)).run()
+    records = [r for r in read_metrics(out / "metrics.jsonl") if "train/reward" in r]
+    measured = records[2:] if len(records) > 4 else records  # the first steps include warm-up
+    step_s = statistics.mean(r["learner/step_s"] for r in measured)
+    wait_s = statistics.mean(r["learner/wait_s"] for r in measured)
+    result = {
+        "mode": mode,
+        "steps_measured": len(measured),
+        "step_s": step_s,
+        "idle_fraction": wait_s / step_s,
+        "learn_s": statistics.mean(r["learner/learn_s"] for r in measured),
+        "staleness_mean": statistics.mean(r["staleness/mean"] for r in measured),
+        "reward": statistics.mean(r["train/reward"] for r in measured),
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="code_exec")
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--staleness", type=int, default=1, help="max_staleness of the async run")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="learner-idle-") as tmp:
+        sync = run("sync", args.env, args.steps, 0, args.overrides, Path(tmp) / "sync")
+        asynchronous = run(
+            "async", args.env, args.steps, args.staleness, args.overrides, Path(tmp) / "async"
+        )
+    print(
+        f"learner idle: async {asynchronous['idle_fraction']:.1%} (target < 10%), "
+        f"sync {sync['idle_fraction']:.1%}"
+    )
+    print(
+        f"wall time per step: async {asynchronous['step_s']:.2f} s, sync {sync['step_s']:.2f} s "
+        "(target: async <= 0.6x sync)"
+    )
+    print(f"async/sync wall time per step: {asynchronous['step_s'] / sync['step_s']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""`agenthub train` end to end on the embedded default model: Ray actors, in-process vLLM
+rollout workers, the DeepSpeed learner on gloo, the Docker sandbox behind code_exec. One short
+run is interrupted with Ctrl-C and resumed; the run directory is checked at every stage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.smoke]
+
+SMALL = [
+    "rollout.n_samples_per_prompt=4",
+    "rollout.concurrency=16",
+    "rollout.max_turns=2",
+    "rollout.max_reply_tokens=96",
+    "algorithm.batch_groups=2",
+    "algorithm.max_staleness=1",
+    "eval.tasks=4",
+    "eval.every=2",
+    "run.checkpoint_every=2",
+    "run.wandb=offline",
+]
+
+
+def _train(out: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "agenthub", "train", "--out", str(out), *args]
+
+
+def _records(out: Path) -> list[dict]:  # type: ignore[type-arg]
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "WANDB_SILENT": "true"}
+
+
+@pytest.mark.timeout(1200)
+def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run = subprocess.Popen(
+        _train(out, "--env", "code_exec", "--steps", "1000", *SMALL),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and run.poll() is None:
+            metrics = out / "metrics.jsonl"
+            if metrics.exists() and sum('"train/reward"' in line for line in metrics.open()) >= 3:
+                break
+            time.sleep(1)
+        assert run.poll() is None, run.communicate()[0][-4000:]
+        run.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        output, _ = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 130, output[-4000:]
+    assert "resume with: agenthub train" in output
+
+    config = json.loads((out / "config.json").read_text())
+    assert config["env"] == "code_exec" and config["algorithm"]["batch_groups"] == 2
+    state = json.loads((out / "checkpoints" / "state.json").read_text())
+    steps = [r["step"] for r in _records(out) if "train/reward" in r]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 3
+    assert state["step"] == steps[-1], "Ctrl-C saved a checkpoint at the last step"
+    assert (out / "checkpoints" / state["tag"]).is_dir()
+    assert (out / "reward.png").read_bytes()[:4] == b"\x89PNG"
+    assert list((out / "wandb").glob("offline-run-*")), "wandb logged offline"
+
+    records = [r for r in _records(out) if "train/reward" in r]
+    for r in records:
+        assert r["staleness/max"] <= 1, "never trained on data older than max_staleness"
+        assert 0.0 <= r["learner/idle_fraction"] <= 1.0
+        assert r["groups/trained"] == 2
+    evals = [r for r in _records(out) if "eval/reward" in r]
+    assert evals[0]["step"] == 0 and evals[0]["eval/policy_version"] == 0
+    samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
+
+    # Resume: same run, continues from the checkpoint's step and task position to 2 more steps.
+    target = state["step"] + 2
+    resumed = subprocess.run(
+        _train(out, "--resume", "--steps", str(target)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"resumed from {state['tag']}" in resumed.stdout + resumed.stderr
+    steps = [r["step"] for r in _records(out) if "train/reward" in r]
+    assert steps == list(range(1, target + 1))
+    after = json.loads((out / "checkpoints" / "state.json").read_text())
+    assert after["step"] == target
+    assert after["tasks_drawn"][0] > state["tasks_drawn"][0]
+    new = [r for r in _records(out) if r.get("step", 0) > state["step"] and "train/reward" in r]
+    assert min(r["staleness/mean"] for r in new) >= 0
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == target and summary["stopped"] == f"reached max_steps={target}"
+
+
+def test_train_refuses_to_overwrite_or_resume_the_wrong_thing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("")
+    (out / "config.json").write_text(json.dumps({"env": "math"}))
+    again = subprocess.run(
+        _train(out, "--env", "math", "--steps", "1"), capture_output=True, text=True, timeout=120
+    )
+    assert again.returncode == 1
+    assert "already holds a training run; pass --resume" in again.stderr
+    nothing = subprocess.run(
+        _train(tmp_path / "none", "--resume"), capture_output=True, text=True, timeout=120
+    )
+    assert nothing.returncode == 1 and "holds no training run" in nothing.stderr
+    other = subprocess.run(
+        _train(out, "--resume", "--env", "code_exec"), capture_output=True, text=True, timeout=120
+    )
+    assert other.returncode == 1 and "trains env 'math'" in other.stderr

@@ -1,0 +1,224 @@
+"""The training loop's pure parts: config resolution, admission, the task stream, group triage,
+the run directory and the reward plot. The loop itself runs on Ray in
+tests/integration/trainer/test_train_cli.py."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch", reason="the trainer needs the train extra")
+
+from agenthub import Env, Step, Task
+from agenthub.agents import Timings, Trajectory
+from agenthub.agents._trajectory import EpisodeError
+from agenthub.trainer._config import (
+    AlgorithmConfig,
+    ConfigError,
+    load_config,
+)
+from agenthub.trainer._loop import RunDirectory, triage
+from agenthub.trainer._metrics import plot_rewards, read_metrics
+from agenthub.trainer._workers import Admission, task_stream
+
+# -- config ------------------------------------------------------------------------------
+
+
+def test_toml_files_then_overrides_win_in_order(tmp_path: Path) -> None:
+    first = tmp_path / "a.toml"
+    first.write_text(
+        'env = "math"\n[learner]\nlr = 0.001\nzero_stage = 3\n[rollout]\nmax_turns = 2\n'
+    )
+    second = tmp_path / "b.toml"
+    second.write_text("[learner]\nlr = 0.002\n")
+    config = load_config(
+        [first, second], ["rollout.max_turns=4", "env_kwargs.num_tasks=10", "ray.address=auto"]
+    )
+    assert config.env == "math"
+    assert config.learner.lr == 0.002
+    assert config.learner.zero_stage == 3  # kept from the first file
+    assert config.rollout.max_turns == 4
+    assert config.env_kwargs == {"num_tasks": 10}
+    assert config.ray.address == "auto"  # not JSON: taken as a string
+    assert config.rollout.temperature == 1.0  # untouched defaults stay
+
+
+def test_resolved_config_round_trips_as_the_base_of_a_resumed_run() -> None:
+    config = load_config([], ["env=code_exec", "learner.lr=3e-4"])
+    again = load_config([], ["run.max_steps=500"], base=json.loads(config.model_dump_json()))
+    assert again.learner.lr == 3e-4
+    assert again.run.max_steps == 500
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env=math", "learner.lrr=1"], "learner.lrr: Extra inputs are not permitted"),
+        (["env=math", "learner.lr=-1"], "learner.lr: Input should be greater than 0"),
+        (["env=math", "algorithm.estimator=ppo"], "algorithm.estimator"),
+        (["learner.lr=1"], "env: Field required"),
+        (["env=math", "lr"], "is not KEY=VALUE"),
+        (["env=math", "env.x=1"], "env is a value, not a section"),
+        (["env=math", "algorithm.filter_low=0.9", "algorithm.filter_high=0.1"], "filter_low"),
+    ],
+)
+def test_bad_config_says_which_field_and_why(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load_config([], overrides)
+
+
+def test_bad_config_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config([tmp_path / "missing.toml"])
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[learner\nlr = 1")
+    with pytest.raises(ConfigError, match=r"broken\.toml is not valid TOML"):
+        load_config([broken])
+
+
+# -- admission ---------------------------------------------------------------------------
+
+
+def test_admission_holds_rollouts_within_max_staleness_versions() -> None:
+    async def scenario() -> None:
+        gate = Admission(batch_groups=2, max_staleness=1)
+        for _ in range(4):  # (version 0 + staleness 1 + 1) * 2 groups may start
+            assert await gate.acquire() == 0
+        fifth = asyncio.create_task(gate.acquire())
+        await asyncio.sleep(0.01)
+        assert not fifth.done()
+        await gate.set_version(1)
+        assert await asyncio.wait_for(fifth, 1) == 1
+        await gate.acquire()
+        sixth = asyncio.create_task(gate.acquire())
+        await asyncio.sleep(0.01)
+        assert not sixth.done()
+        await gate.discard(1)  # a filtered group gives its place back
+        assert await asyncio.wait_for(sixth, 1) == 1
+        assert gate.stats() == {"started": 7, "discarded": 1, "version": 1}
+
+    asyncio.run(scenario())
+
+
+def test_synchronous_admission_starts_exactly_one_batch_per_version() -> None:
+    async def scenario() -> None:
+        gate = Admission(batch_groups=3, max_staleness=0, version=5)
+        for _ in range(3):
+            await gate.acquire()
+        blocked = asyncio.create_task(gate.acquire())
+        await asyncio.sleep(0.01)
+        assert not blocked.done()
+        await gate.set_version(6)
+        await asyncio.wait_for(blocked, 1)
+
+    asyncio.run(scenario())
+
+
+# -- task stream -------------------------------------------------------------------------
+
+
+class _Tasks(Env[str]):
+    def __init__(self, n: int | None) -> None:
+        self.n = n
+
+    def tasks(self, split: str = "train") -> Any:
+        count = itertools.count() if self.n is None else range(self.n)
+        return (Task(id=f"{split}-{i}", prompt="p") for i in count)
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return "", {}
+
+    async def step(self, action: str) -> Step[str]:
+        return Step(observation="", reward=0.0, terminated=True)
+
+
+def test_finite_tasks_repeat_in_a_new_order_each_epoch() -> None:
+    ids = [t.id for t in itertools.islice(task_stream(_Tasks(5), "train", 0, 0, 1), 15)]
+    epochs = [ids[0:5], ids[5:10], ids[10:15]]
+    assert all(sorted(e) == [f"train-{i}" for i in range(5)] for e in epochs)
+    assert len({tuple(e) for e in epochs}) > 1
+    again = [t.id for t in itertools.islice(task_stream(_Tasks(5), "train", 0, 0, 1), 15)]
+    assert again == ids  # seeded
+
+
+def test_workers_take_disjoint_tasks() -> None:
+    a = {t.id for t in itertools.islice(task_stream(_Tasks(10), "train", 1, 0, 2), 5)}
+    b = {t.id for t in itertools.islice(task_stream(_Tasks(10), "train", 1, 1, 2), 5)}
+    assert not a & b and len(a | b) == 10
+
+
+def test_endless_sources_are_read_as_they_come() -> None:
+    stream = task_stream(_Tasks(None), "train", 0, 0, 1)
+    assert next(stream).id == "train-0"
+
+
+def test_a_worker_without_tasks_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no 'train' tasks for rollout worker 2 of 3"):
+        next(task_stream(_Tasks(2), "train", 0, 2, 3))
+
+
+# -- triage ------------------------------------------------------------------------------
+
+
+def _trajectory(score: float, version: int, error: bool = False) -> Trajectory:
+    return Trajectory(
+        env="x",
+        task_id="t",
+        tokens=[1, 2, 3],
+        loss_mask=[0, 1, 1],
+        logprobs=[0.0, -1.0, -1.0],
+        policy_versions=[version, version, version + 1],
+        step_rewards=[score],
+        reward=score,
+        terminated=not error,
+        truncated=False,
+        num_turns=1,
+        error=EpisodeError(cause="env_error", message="boom") if error else None,
+        timings=Timings(),
+    )
+
+
+def test_triage_keeps_fresh_informative_groups_only() -> None:
+    algo = AlgorithmConfig(max_staleness=1)
+    fresh = [_trajectory(1.0, 4), _trajectory(0.0, 4)]
+    assert triage(fresh, 5, algo) == "keep"
+    assert triage(fresh, 6, algo) == "stale"  # the oldest token decides
+    assert triage([_trajectory(1.0, 5), _trajectory(0.0, 5, error=True)], 5, algo) == "failed"
+    assert triage([_trajectory(1.0, 5), _trajectory(1.0, 5)], 5, algo) == "filtered"
+    unfiltered = AlgorithmConfig(filter_groups=False)
+    assert triage([_trajectory(1.0, 5), _trajectory(1.0, 5)], 5, unfiltered) == "keep"
+    narrow = AlgorithmConfig(filter_low=0.0, filter_high=0.4)
+    assert triage([_trajectory(1.0, 5), _trajectory(0.0, 5)], 5, narrow) == "filtered"
+
+
+# -- run directory and metrics -----------------------------------------------------------
+
+
+def test_run_directory_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path)
+    for step in (10, 20, 30):
+        (run.checkpoints / f"step-{step}").mkdir(parents=True)
+        run.write_state({"step": step, "tag": f"step-{step}", "tasks_drawn": [step]}, keep=2)
+    state = run.state()
+    assert state is not None
+    assert state["tag"] == "step-30" and state["history"] == ["step-20", "step-30"]
+    assert sorted(p.name for p in run.checkpoints.iterdir()) == ["state.json", "step-20", "step-30"]
+
+
+def test_reward_plot_is_drawn_from_metrics(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [json.dumps({"step": s, "train/reward": s / 10}) for s in range(1, 11)]
+    lines += [
+        json.dumps({"step": 0, "eval/reward": 0.1}),
+        json.dumps({"step": 10, "eval/reward": 0.5}),
+    ]
+    path.write_text("\n".join(lines) + '\n{"step": 11, "train/rew')  # cut off by a crash
+    records = read_metrics(path)
+    assert len(records) == 12
+    plot_rewards(records, tmp_path / "reward.png", "test")
+    assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
