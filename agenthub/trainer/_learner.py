@@ -46,6 +46,8 @@ class LearnerConfig(BaseModel):
     """Weight of the KL term against the reference model (0: no reference model is loaded)."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """Per-token KL estimator."""
+    kl_mode: Literal["loss", "reward"] = "loss"
+    """The KL against the reference as a loss term, or as a per-token reward penalty."""
     aggregation: Aggregation = "token-mean"
     """How per-token losses become the batch loss."""
     bf16: bool = False
@@ -146,6 +148,17 @@ class Learner:
         mask = chunk.loss_mask
         new = self._logprobs(self.engine, chunk)
         old = new.detach() if old is None else old
+        advantages = chunk.advantages
+        kl: torch.Tensor | None = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = self._logprobs(self.reference, chunk)
+            kl = kl_divergence(new, ref, mask, cfg.kl_estimator)
+            if cfg.kl_mode == "reward":
+                # A per-token penalty on the reward: it lowers the advantage of every token by
+                # its own KL estimate, outside the gradient.
+                per_seq = advantages[:, None] if advantages.dim() == 1 else advantages
+                advantages = per_seq - cfg.kl_coef * kl.detach()
         if cfg.importance_mode == "none":
             weights, clipped, masked = mask.float(), 0.0, 0.0
         else:
@@ -161,7 +174,7 @@ class Learner:
         out = policy_loss(
             new,
             old,
-            chunk.advantages,
+            advantages,
             mask,
             eps_low=cfg.eps_low,
             eps_high=cfg.eps_high,
@@ -171,12 +184,10 @@ class Learner:
         )
         loss = out.loss
         metrics = {"clip_fraction": out.clip_fraction, "is_clipped": clipped, "is_masked": masked}
-        if self.reference is not None:
-            with torch.no_grad():
-                ref = self._logprobs(self.reference, chunk)
-            kl = kl_divergence(new, ref, mask, cfg.kl_estimator)
+        if kl is not None:
             kl_mean = kl.sum() / mask.sum().clamp_min(1)
-            loss = loss + cfg.kl_coef * kl_mean
+            if cfg.kl_mode == "loss":
+                loss = loss + cfg.kl_coef * kl_mean
             metrics["kl"] = kl_mean.item()
         self.engine.backward(loss * scale)
         metrics["loss"] = loss.item()

@@ -145,3 +145,43 @@ def test_later_epochs_clip_against_the_policy_the_batch_started_from(tiny_model:
     metrics = several.step(batch(None, tiny_model, [1.0, -1.0]))
     assert metrics["clip_fraction"] > 0.0, "epochs 2 and 3 see ratios outside [0.99, 1.28]"
     assert several.steps == 1, "steps count batches, not optimiser steps"
+
+
+def test_kl_as_reward_penalty_is_a_per_token_advantage(tiny_model: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from agenthub.trainer import kl_divergence
+
+    drift = Learner(tiny_model, LearnerConfig(zero_stage=0, lr=5e-2, micro_batch_size=2))
+    drift.step(batch(None, tiny_model, [1.0, -1.0]))
+    moved = drift.state_dict()
+    b = batch(None, tiny_model, [0.5, -0.5])
+    penalised = Learner(
+        tiny_model,
+        LearnerConfig(zero_stage=0, lr=1e-2, micro_batch_size=2, kl_coef=0.5, kl_mode="reward"),
+    )
+    penalised.engine.module.load_state_dict(moved)
+    metrics = penalised.step(b)
+
+    # The same step by hand: advantages lowered per token by 0.5 * KL(moved || reference).
+    reference = AutoModelForCausalLM.from_pretrained(tiny_model)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    model.load_state_dict(moved)
+    with torch.no_grad():
+        new = token_logprobs(model(input_ids=b.input_ids).logits, b.input_ids)
+        ref = token_logprobs(reference(input_ids=b.input_ids).logits, b.input_ids)
+    kl = kl_divergence(new, ref, b.loss_mask, "k3")
+    by_hand = TrainBatch(
+        b.input_ids,
+        b.attention_mask,
+        b.loss_mask,
+        b.rollout_logprobs,
+        b.advantages[:, None] - 0.5 * kl,
+    )
+    plain = Learner(tiny_model, LearnerConfig(zero_stage=0, lr=1e-2, micro_batch_size=2))
+    plain.engine.module.load_state_dict(moved)
+    plain.step(by_hand)
+    assert metrics["kl"] > 0
+    after, expected = penalised.state_dict(), plain.state_dict()
+    for key in expected:
+        torch.testing.assert_close(after[key], expected[key], atol=1e-5, rtol=1e-4)
