@@ -97,7 +97,7 @@ class AlgorithmConfig(_Section):
 class EvalConfig(_Section):
     """Periodic evaluation on held-out tasks with the current policy."""
 
-    every: int = Field(10, ge=0)
+    every: int = Field(5, ge=0)
     """Evaluate every this many learner steps (and before the first and after the last);
     0 turns evaluation off."""
     split: str = "held_out"
@@ -106,7 +106,7 @@ class EvalConfig(_Section):
     """Held-out tasks per evaluation (the same tasks each time)."""
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of evaluation episodes; the reward is the mean over them."""
-    samples_per_task: int = Field(1, ge=1)
+    samples_per_task: int = Field(2, ge=1)
     """Episodes per held-out task."""
 
 
@@ -159,9 +159,26 @@ class TrainConfig(_Section):
     rollout: RolloutSettings = RolloutSettings()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     learner: LearnerConfig = LearnerConfig()
+    """The learner; `learner.lr`, when not given, is 3e-4 for the embedded default model (3.5M
+    parameters) and 1e-6 for any other model."""
     eval: EvalConfig = EvalConfig()
     run: RunConfig = RunConfig()
     ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _default_lr(self) -> TrainConfig:
+        if "lr" not in self.learner.model_fields_set:
+            lr = DEFAULT_MODEL_LR if self.model == "default" else MODEL_LR
+            learner = self.learner.model_copy(update={"lr": lr})
+            learner.model_fields_set.add("lr")
+            object.__setattr__(self, "learner", learner)
+        return self
+
+
+DEFAULT_MODEL_LR = 3e-4
+"""Learning rate for the embedded default model: small models take large steps."""
+MODEL_LR = 1e-6
+"""Learning rate for any other model, when none is given: safe for billion-parameter models."""
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:

@@ -315,7 +315,6 @@ class Trainer:
         sync: asyncio.Task[None] | None = None
         evals: list[asyncio.Task[None]] = []
         last_tokens, last_time = await self._generated_tokens(), time.monotonic()
-        self.stop_reason = ""
         while step < cfg.run.max_steps:
             if self._stop.is_set():
                 break

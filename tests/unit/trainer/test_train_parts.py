@@ -222,3 +222,12 @@ def test_reward_plot_is_drawn_from_metrics(tmp_path: Path) -> None:
     assert len(records) == 12
     plot_rewards(records, tmp_path / "reward.png", "test")
     assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_learning_rate_defaults_to_the_models_size_class_unless_given() -> None:
+    assert load_config([], ["env=math"]).learner.lr == 3e-4
+    assert load_config([], ["env=math", "model=/models/qwen"]).learner.lr == 1e-6
+    given = load_config([], ["env=math", "model=/models/qwen", "learner.lr=2e-6"])
+    assert given.learner.lr == 2e-6
+    resolved = json.loads(load_config([], ["env=math"]).model_dump_json())
+    assert load_config([], ["model=/m"], base=resolved).learner.lr == 3e-4, "resume keeps it"
