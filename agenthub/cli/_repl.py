@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -51,6 +52,9 @@ def repl_command(args: argparse.Namespace) -> int:
 
     async def build_engine() -> InferenceEngine:
         from agenthub.agents import VLLMEngine
+
+        # vLLM's start-up log would bury the episode; VLLM_LOGGING_LEVEL=INFO brings it back.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
         return VLLMEngine(model, seed=args.seed, max_num_seqs=1)
 

@@ -33,6 +33,7 @@ from agenthub.repl._render import (
     show_step,
     show_task,
     show_tokens,
+    to_json,
 )
 from agenthub.repl._replay import Replay
 from agenthub.repl._tasks import TaskSource
@@ -388,7 +389,7 @@ class Repl:
             return False
         show_observation(self.console, episode.first_observation)
         if episode.first_info:
-            self.console.print(Text(f"info: {episode.first_info}", style="dim"), markup=False)
+            self.console.print(Text(f"info: {to_json(episode.first_info)}", style="dim"))
         return True
 
     async def _open(self, task: Any) -> Episode | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -13,7 +13,14 @@ from agenthub._types import Observation, Step, Task
 from agenthub.agents import ChatTokenizer, SamplingParams
 from agenthub.repl._episode import Episode, TokenKind
 
-__all__ = ["show_observation", "show_settings", "show_step", "show_task", "show_tokens"]
+__all__ = [
+    "show_observation",
+    "show_settings",
+    "show_step",
+    "show_task",
+    "show_tokens",
+    "to_json",
+]
 
 STYLES: dict[TokenKind, str] = {
     "prompt": "cyan",
@@ -66,9 +73,9 @@ def show_step(console: Console, number: int, step: Step[Any], total: float, seco
     head.append(f"  (step {seconds:.3f} s)", style="dim")
     console.print(head)
     if step.info:
-        console.print(Text(f"info: {_json(step.info)}", style="dim"), markup=False)
+        console.print(Text(f"info: {to_json(step.info)}", style="dim"), markup=False)
     if step.extra_logs:
-        console.print(Text(f"extra_logs: {_json(step.extra_logs)}", style="dim"))
+        console.print(Text(f"extra_logs: {to_json(step.extra_logs)}", style="dim"))
     show_observation(console, step.observation)
     if step.done:
         console.print(
@@ -76,7 +83,7 @@ def show_step(console: Console, number: int, step: Step[Any], total: float, seco
         )
 
 
-def _json(value: Mapping[str, Any]) -> str:
+def to_json(value: Mapping[str, Any]) -> str:
     return json.dumps(dict(value), default=repr, ensure_ascii=False)[:2000]
 
 
@@ -126,7 +133,3 @@ def _token_text(chat: ChatTokenizer, token: int) -> str:
 
 def _visible(piece: str) -> str:
     return piece.replace("\n", "↵").replace("\t", "→")
-
-
-def token_kinds_summary(kinds: Sequence[TokenKind]) -> str:
-    return ", ".join(f"{kinds.count(k)} {k}" for k in STYLES if k in kinds)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Coroutine
 from pathlib import Path
@@ -14,9 +15,21 @@ from rich.text import Text
 
 from agenthub.repl._core import COMMANDS, SETTINGS, Repl
 
-__all__ = ["HISTORY", "run_terminal"]
+__all__ = ["history_file", "run_terminal"]
 
-HISTORY = Path.home() / ".cache" / "agenthub" / "repl_history"
+
+def history_file() -> Path:
+    """`$AGENTHUB_CACHE_DIR/repl_history`, else under `$XDG_CACHE_HOME/agenthub` or
+    `~/.cache/agenthub` (where the default model is cached too)."""
+    if root := os.environ.get("AGENTHUB_CACHE_DIR"):
+        return Path(root) / "repl_history"
+    return (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "agenthub"
+        / "repl_history"
+    )
+
+
 T = TypeVar("T")
 
 
@@ -98,12 +111,12 @@ def _setup_readline() -> object | None:
     else:
         readline.parse_and_bind("tab: complete")
     with contextlib.suppress(OSError):
-        HISTORY.parent.mkdir(parents=True, exist_ok=True)
-        readline.read_history_file(HISTORY)
+        history_file().parent.mkdir(parents=True, exist_ok=True)
+        readline.read_history_file(history_file())
     readline.set_history_length(2000)
     return readline
 
 
 def _save_history(readline: object) -> None:
     with contextlib.suppress(OSError):
-        readline.write_history_file(HISTORY)  # type: ignore[attr-defined]
+        readline.write_history_file(history_file())  # type: ignore[attr-defined]

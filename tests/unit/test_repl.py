@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from agenthub.agents import (
 from agenthub.agents._fake import fake_logprob
 from agenthub.cli import main
 from agenthub.repl import Command, Enter, EntryReader, Repl, TypedAction
+from agenthub.repl._terminal import _Loop
 from tests.tiny_model import build_tokenizer
 
 pytestmark = pytest.mark.anyio
@@ -85,7 +89,7 @@ async def test_start_shows_the_task_and_first_observation(chat: ChatTokenizer) -
     h = await started(chat)
     out = h.buffer.getvalue()
     assert "task 0: held_out-0" in out and "Guess my number from 1 to 10." in out
-    assert "Your first guess?" in out and "reset" in out and "'top': 10" in out
+    assert "Your first guess?" in out and "reset" in out and '"top": 10' in out
     assert h.repl.prompt.endswith("1> ")
     await h.repl.aclose()
 
@@ -302,3 +306,28 @@ def test_repl_without_a_model_directory_exits_with_a_message(
 ) -> None:
     code = main(["repl", "--env", "no-such-env", "--model", str(tmp_path)])
     assert code == 1 and "no config.json" in capsys.readouterr().err
+
+
+def test_ctrl_c_cancels_the_running_entry_and_the_loop_goes_on() -> None:
+    cancelled: list[bool] = []
+
+    async def slow() -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def quick() -> int:
+        return 7
+
+    loop = _Loop()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run(slow())
+        assert cancelled == [True]
+        assert loop.run(quick()) == 7
+    finally:
+        loop.close()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
