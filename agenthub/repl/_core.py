@@ -4,30 +4,30 @@ from __future__ import annotations
 
 import sys
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
 from agenthub._env import Env
-from agenthub._errors import AgentHubError, RewardFuncError, RewardModelError
+from agenthub._errors import AgentHubError
 from agenthub._registry import make
 from agenthub._spec import EnvSpec
+from agenthub._types import Step, Task
 from agenthub.agents import (
     ChatTemplateError,
     ChatTokenizer,
     EngineError,
     InferenceEngine,
     SamplingParams,
-    Trajectory,
 )
 from agenthub.repl._episode import Action, Episode, model_action, typed_action
+from agenthub.repl._files import append_line, read_line
 from agenthub.repl._input import Command, Enter, Entry, EntryReader, TypedAction
 from agenthub.repl._render import (
+    show_failure,
     show_observation,
     show_settings,
     show_step,
@@ -255,7 +255,7 @@ class Repl:
         if len(args) != 1:
             raise AgentHubError(":save FILE")
         trajectory = self._live().trajectory()
-        path, lines = _append_line(args[0], trajectory.model_dump_json())
+        path, lines = append_line(args[0], trajectory.model_dump_json())
         self.console.print(
             Text(
                 f"saved line {lines} of {path}: {len(trajectory.tokens)} tokens, "
@@ -268,7 +268,7 @@ class Repl:
     async def _load(self, args: tuple[str, ...]) -> None:
         if len(args) not in (1, 2):
             raise AgentHubError(":load FILE [LINE]")
-        saved, line = _read_line(args[0], args[1] if len(args) == 2 else None)
+        saved, line = read_line(args[0], args[1] if len(args) == 2 else None)
         if saved.env != self.env_id:
             self.console.print(
                 Text(
@@ -380,7 +380,7 @@ class Repl:
 
     # -- the episode ----------------------------------------------------------------------
 
-    async def _new_episode(self, task: Any) -> bool:
+    async def _new_episode(self, task: Task) -> bool:
         if self.episode is not None:
             await self._close_episode()
         show_task(self.console, task, self.task_index, self.seed)
@@ -392,7 +392,7 @@ class Repl:
             self.console.print(Text(f"info: {to_json(episode.first_info)}", style="dim"))
         return True
 
-    async def _open(self, task: Any) -> Episode | None:
+    async def _open(self, task: Task) -> Episode | None:
         try:
             episode, took = await Episode.start(
                 self.env_id, self.make_env, task, self.seed, self.chat
@@ -409,7 +409,7 @@ class Repl:
         )
         return episode
 
-    async def _step(self, action: Action, *, quiet: bool = False) -> Any:
+    async def _step(self, action: Action, *, quiet: bool = False) -> Step[Any] | None:
         episode = self._ready()
         try:
             step, took = await episode.apply(action)
@@ -427,15 +427,7 @@ class Repl:
         return step
 
     def _env_failed(self, what: str, exc: BaseException) -> None:
-        cause = (
-            "score_error" if isinstance(exc, RewardFuncError | RewardModelError) else "env_error"
-        )
-        self.console.print(
-            Text(f"{cause}: {what} raised {type(exc).__name__}: {exc}", style="bold red"),
-            markup=False,
-        )
-        trace = "".join(traceback.format_exception(exc))
-        self.console.print(Text(trace, style="red"), markup=False, highlight=False)
+        show_failure(self.console, what, exc)
 
     async def _close_episode(self) -> None:
         assert self.episode is not None
@@ -472,37 +464,12 @@ class Repl:
                 )
             )
             started = time.perf_counter()
-            self.engine = await self._engine_factory()
+            try:
+                self.engine = await self._engine_factory()
+            except Exception as exc:
+                show_failure(self.console, "starting the model", exc, cause="generation_error")
+                raise AgentHubError("the model could not be started (see above)") from exc
             self.console.print(
                 Text(f"model ready in {time.perf_counter() - started:.1f} s", style="bold")
             )
         return self.engine
-
-
-def _append_line(file: str, line: str) -> tuple[Path, int]:
-    path = Path(file).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as sink:
-        sink.write(line + "\n")
-    return path, len(path.read_text(encoding="utf-8").splitlines())
-
-
-def _read_line(file: str, line: str | None) -> tuple[Trajectory, int]:
-    path = Path(file).expanduser()
-    if not path.is_file():
-        raise AgentHubError(f":load {path}: no such file")
-    lines = [text for text in path.read_text(encoding="utf-8").splitlines() if text.strip()]
-    if not lines:
-        raise AgentHubError(f":load {path}: the file holds no trajectories")
-    try:
-        number = len(lines) if line is None else int(line)
-    except ValueError as exc:
-        raise AgentHubError(f":load FILE LINE: LINE must be a number, got {line!r}") from exc
-    if not 1 <= number <= len(lines):
-        raise AgentHubError(f":load {path} {number}: the file has lines 1..{len(lines)}")
-    try:
-        return Trajectory.model_validate_json(lines[number - 1]), number
-    except ValidationError as exc:
-        raise AgentHubError(
-            f"{path} line {number} is not a trajectory (agenthub eval's format): {exc}"
-        ) from exc

@@ -150,7 +150,9 @@ class Episode:
             terminated=bool(last and last.terminated),
             truncated=bool(last and last.truncated),
             num_turns=len(self.actions),
-            timings=self.timings.model_copy(),
+            timings=self.timings.model_copy(
+                update={"total_s": self.timings.env_s + self.timings.generate_s}
+            ),
             extra_logs=logs,
         )
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.text import Text
 
+from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import ChatTokenizer, SamplingParams
 from agenthub.repl._episode import Episode, TokenKind
 
 __all__ = [
+    "show_failure",
     "show_observation",
     "show_settings",
     "show_step",
@@ -81,6 +84,22 @@ def show_step(console: Console, number: int, step: Step[Any], total: float, seco
         console.print(
             Text("episode over: :save FILE, :undo, :reset or :quit", style="bold"), markup=False
         )
+
+
+def show_failure(
+    console: Console, what: str, exc: BaseException, *, cause: str | None = None
+) -> None:
+    """An exception with its traceback, typed as the episode runner would record it (by
+    default as an env's failure)."""
+    if cause is None:
+        scoring = isinstance(exc, RewardFuncError | RewardModelError)
+        cause = "score_error" if scoring else "env_error"
+    console.print(
+        Text(f"{cause}: {what} raised {type(exc).__name__}: {exc}", style="bold red"),
+        markup=False,
+    )
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    console.print(Text(trace, style="red"), markup=False, highlight=False)
 
 
 def to_json(value: Mapping[str, Any]) -> str:

@@ -51,6 +51,12 @@ class Terminal:
         self.child.send(line + "\r")
         return self._wait(timeout)
 
+    def interrupt(self) -> str:
+        """Ctrl-C; return the prompt it comes back to."""
+        self.child.sendcontrol("c")
+        self._wait(30)
+        return str(self.child.after)
+
     def quit(self) -> None:
         self.child.send(":quit\r")
         self.child.expect(pexpect.EOF, timeout=60)
@@ -93,6 +99,9 @@ def test_a_session_on_a_plugin_env(tmp_path: Path, plugin_path: str) -> None:
         out = term.send("")
         assert "step 1: reward 0  return 0  terminated False  truncated False" in out
         assert "Higher." in out and '"guesses": 1' in out
+
+        assert term.send("half a thought") == "half a thought\n"
+        assert term.interrupt() == "repl-guess 2> "  # Ctrl-C drops the half-typed action
 
         term.send("boom")
         out = term.send("")

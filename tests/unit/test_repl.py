@@ -24,7 +24,7 @@ from agenthub.agents import (
 )
 from agenthub.agents._fake import fake_logprob
 from agenthub.cli import main
-from agenthub.repl import Command, Enter, EntryReader, Repl, TypedAction
+from agenthub.repl import Command, EngineFactory, Enter, EntryReader, Repl, TypedAction
 from agenthub.repl._terminal import _Loop
 from tests.tiny_model import build_tokenizer
 
@@ -45,7 +45,13 @@ def chat(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
 class Harness:
     """A `Repl` on an env, its output in a buffer, and a FakeEngine that always says `reply`."""
 
-    def __init__(self, chat: ChatTokenizer, env: str = GUESS, reply: str = "5") -> None:
+    def __init__(
+        self,
+        chat: ChatTokenizer,
+        env: str = GUESS,
+        reply: str = "5",
+        engine_factory: EngineFactory | None = None,
+    ) -> None:
         self.buffer = io.StringIO()
         self.reply_ids = [*chat.encode_text(reply), chat.stop_token_ids[0]]
         self.engine = FakeEngine(lambda prompt: self.reply_ids)
@@ -63,7 +69,7 @@ class Harness:
             chat=chat,
             sampling=SamplingParams(max_tokens=16),
             console=Console(file=self.buffer, width=200, color_system=None),
-            engine_factory=build,
+            engine_factory=engine_factory or build,
         )
 
     async def type(self, *lines: str) -> str:
@@ -79,8 +85,13 @@ class Harness:
         return self.repl.episode
 
 
-async def started(chat: ChatTokenizer, env: str = GUESS, reply: str = "5") -> Harness:
-    harness = Harness(chat, env, reply)
+async def started(
+    chat: ChatTokenizer,
+    env: str = GUESS,
+    reply: str = "5",
+    engine_factory: EngineFactory | None = None,
+) -> Harness:
+    harness = Harness(chat, env, reply, engine_factory)
     await harness.repl.start()
     return harness
 
@@ -290,6 +301,18 @@ async def test_help_lists_every_command(chat: ChatTokenizer) -> None:
         assert command in out
     assert "empty line" in out and "loss mask 0" in out
     assert not await h.repl.feed(":quit")
+    await h.repl.aclose()
+
+
+async def test_a_model_that_cannot_start_is_reported(chat: ChatTokenizer) -> None:
+    async def broken() -> InferenceEngine:
+        raise RuntimeError("no memory for the KV cache")
+
+    h = await started(chat, engine_factory=broken)
+    out = await h.type(":gen")
+    assert "generation_error: starting the model raised RuntimeError: no memory" in out
+    assert "error: the model could not be started" in out and "Traceback" in out
+    assert "step 1:" in await h.type("3", "")
     await h.repl.aclose()
 
 
