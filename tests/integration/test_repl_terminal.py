@@ -177,3 +177,18 @@ def test_a_session_on_code_exec(tmp_path: Path) -> None:
         term.child.close(force=True)
     trajectory = Trajectory.model_validate_json(saved.read_text())
     assert trajectory.reward == 1.0 and trajectory.terminated
+
+
+def test_bad_env_ids_and_task_numbers_exit_with_a_message(tmp_path: Path) -> None:
+    for args, message in [
+        (["--env", "no-such-env"], "no environment 'no-such-env'"),
+        (["--env", "code_exec", "--task", "100000"], "task 100000 does not exist"),
+    ]:
+        child = pexpect.spawn(
+            sys.executable, ["-m", "agenthub", "repl", *args], cwd=str(tmp_path),
+            encoding="utf-8", timeout=120,
+        )  # fmt: skip
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 1
+        assert message in ANSI.sub("", child.before or "")

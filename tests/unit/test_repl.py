@@ -51,6 +51,8 @@ class Harness:
         env: str = GUESS,
         reply: str = "5",
         engine_factory: EngineFactory | None = None,
+        env_kwargs: dict[str, str] | None = None,
+        tasks_file: Path | None = None,
     ) -> None:
         self.buffer = io.StringIO()
         self.reply_ids = [*chat.encode_text(reply), chat.stop_token_ids[0]]
@@ -63,7 +65,8 @@ class Harness:
 
         self.repl = Repl(
             env=env,
-            env_kwargs={},
+            env_kwargs=env_kwargs or {},
+            tasks_file=str(tasks_file) if tasks_file else None,
             task_index=0,
             seed=0,
             chat=chat,
@@ -354,3 +357,23 @@ def test_ctrl_c_cancels_the_running_entry_and_the_loop_goes_on() -> None:
     finally:
         loop.close()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+async def test_openrlhf_agent_text_observations_and_replay(
+    chat: ChatTokenizer, fixtures: Path, tmp_path: Path
+) -> None:
+    h = Harness(
+        chat,
+        env="openrlhf_agent",
+        env_kwargs={"agent_func": str(fixtures / "agent_func_new.py")},
+        tasks_file=fixtures / "tasks.jsonl",
+    )
+    await h.repl.start()
+    out = await h.type("it is 4", "")
+    assert "score 0" in out and "wrong, try again" in out and '"turn": 1.0' in out
+    out = await h.type("it is 5", "")
+    assert "step 2: reward 1  return 1  terminated True" in out
+    file = tmp_path / "agent.jsonl"
+    await h.type(f":save {file}", f":load {file}")
+    assert "matches the saved one token for token" in await h.type("", "")
+    await h.repl.aclose()
