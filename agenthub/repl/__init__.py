@@ -5,9 +5,9 @@ the episode token by token exactly as the trainer would get it.
 feed it lines); `run_terminal` drives it from a terminal with readline history and completion.
 """
 
-from agenthub.repl._core import COMMANDS, EngineFactory, Repl
+from agenthub.repl._core import EngineFactory, Repl
 from agenthub.repl._episode import Action, Episode, TokenKind, typed_action
-from agenthub.repl._input import Command, Enter, Entry, EntryReader, TypedAction
+from agenthub.repl._input import COMMANDS, Command, Enter, Entry, EntryReader, TypedAction
 from agenthub.repl._replay import Replay
 from agenthub.repl._tasks import TaskSource
 from agenthub.repl._terminal import run_terminal

@@ -25,7 +25,16 @@ from agenthub.agents import (
 )
 from agenthub.repl._episode import Action, Episode, model_action, typed_action
 from agenthub.repl._files import append_line, read_line
-from agenthub.repl._input import Command, Enter, Entry, EntryReader, TypedAction
+from agenthub.repl._input import (
+    COMMANDS,
+    ENTRY_HELP,
+    Command,
+    Enter,
+    Entry,
+    EntryReader,
+    TypedAction,
+    parse_setting,
+)
 from agenthub.repl._render import (
     show_failure,
     show_observation,
@@ -38,28 +47,9 @@ from agenthub.repl._render import (
 from agenthub.repl._replay import Replay
 from agenthub.repl._tasks import TaskSource
 
-__all__ = ["COMMANDS", "EngineFactory", "Repl", "SETTINGS"]
+__all__ = ["EngineFactory", "Repl"]
 
 EngineFactory = Callable[[], Awaitable[InferenceEngine]]
-
-COMMANDS = {
-    "gen": ":gen                 let the model write the next action (and send it)",
-    "set": ":set [KEY VALUE]     show or change sampling: temperature, top_p, top_k, "
-    "max_tokens, seed (a number or none)",
-    "tokens": ":tokens [ids]        the episode as the trainer sees it, token by token",
-    "reset": ":reset [N]           start the episode again (on task N)",
-    "undo": ":undo                take back the last step (replays the episode from its seed)",
-    "save": ":save FILE           append the trajectory to FILE as one JSON line",
-    "load": ":load FILE [LINE]    replay a saved trajectory (default: the last line); Enter steps",
-    "stop": ":stop                end a replay and go on by hand",
-    "help": ":help                this help",
-    "quit": ":quit                leave (also Ctrl-D)",
-}
-SETTINGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
-ENTRY_HELP = (
-    "Type an action and end it with an empty line; for an action with blank lines, put it "
-    'between two lines of """. Ctrl-C drops what you typed.'
-)
 
 
 class Repl:
@@ -191,18 +181,7 @@ class Repl:
 
     async def _set(self, args: tuple[str, ...]) -> None:
         if args:
-            if len(args) != 2 or args[0] not in SETTINGS:
-                raise AgentHubError(f":set KEY VALUE with KEY one of {', '.join(SETTINGS)}")
-            key, raw = args
-            value: float | int | None
-            try:
-                if key == "seed":
-                    value = None if raw.lower() == "none" else int(raw)
-                else:
-                    value = float(raw) if key in ("temperature", "top_p") else int(raw)
-                self.sampling = self.sampling.replace(**{key: value})
-            except ValueError as exc:
-                raise AgentHubError(f":set {key} {raw}: {exc}") from exc
+            self.sampling = parse_setting(self.sampling, args)
         show_settings(self.console, self.sampling)
 
     async def _tokens(self, args: tuple[str, ...]) -> None:

@@ -1,12 +1,47 @@
-"""Turning typed lines into REPL entries: commands, multi-line actions, a bare Enter."""
+"""What the person types: lines into entries, the commands, `:set`, Tab completion."""
 
 from __future__ import annotations
 
+import glob
+import os
 from dataclasses import dataclass
 
-__all__ = ["Command", "Enter", "Entry", "EntryReader", "TypedAction", "FENCE"]
+from agenthub._errors import AgentHubError
+from agenthub.agents import SamplingParams
+
+__all__ = [
+    "COMMANDS",
+    "ENTRY_HELP",
+    "FENCE",
+    "SETTINGS",
+    "Command",
+    "Enter",
+    "Entry",
+    "EntryReader",
+    "TypedAction",
+    "completions",
+    "parse_setting",
+]
 
 FENCE = '"""'
+COMMANDS = {
+    "gen": ":gen                 let the model write the next action (and send it)",
+    "set": ":set [KEY VALUE]     show or change sampling: temperature, top_p, top_k, "
+    "max_tokens, seed (a number or none)",
+    "tokens": ":tokens [ids]        the episode as the trainer sees it, token by token",
+    "reset": ":reset [N]           start the episode again (on task N)",
+    "undo": ":undo                take back the last step (replays the episode from its seed)",
+    "save": ":save FILE           append the trajectory to FILE as one JSON line",
+    "load": ":load FILE [LINE]    replay a saved trajectory (default: the last line); Enter steps",
+    "stop": ":stop                end a replay and go on by hand",
+    "help": ":help                this help",
+    "quit": ":quit                leave (also Ctrl-D)",
+}
+SETTINGS = ("temperature", "top_p", "top_k", "max_tokens", "seed")
+ENTRY_HELP = (
+    "Type an action and end it with an empty line; for an action with blank lines, put it "
+    'between two lines of """. Ctrl-C drops what you typed.'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +112,33 @@ class EntryReader:
     def cancel(self) -> None:
         """Drop a half-typed action (Ctrl-C)."""
         self._lines, self._fenced = None, False
+
+
+def parse_setting(sampling: SamplingParams, args: tuple[str, ...]) -> SamplingParams:
+    """`sampling` with `:set KEY VALUE` applied."""
+    if len(args) != 2 or args[0] not in SETTINGS:
+        raise AgentHubError(f":set KEY VALUE with KEY one of {', '.join(SETTINGS)}")
+    key, raw = args
+    value: float | int | None
+    try:
+        if key == "seed":
+            value = None if raw.lower() == "none" else int(raw)
+        else:
+            value = float(raw) if key in ("temperature", "top_p") else int(raw)
+        return sampling.replace(**{key: value})
+    except ValueError as exc:
+        raise AgentHubError(f":set {key} {raw}: {exc}") from exc
+
+
+def completions(line: str, text: str) -> list[str]:
+    """What Tab offers for the word `text` that ends `line` (the line up to the cursor):
+    commands, `:set`'s keys, and file names after `:save` and `:load`."""
+    words = line[: len(line) - len(text)].split()
+    if not words:
+        return [f":{n} " for n in COMMANDS if f":{n}".startswith(text)] if text[:1] == ":" else []
+    if words == [":set"]:
+        return [f"{key} " for key in SETTINGS if key.startswith(text)]
+    if words in ([":save"], [":load"]):
+        found = sorted(glob.glob(os.path.expanduser(text) + "*"))
+        return [f"{f}/" if os.path.isdir(f) else f"{f} " for f in found]
+    return []

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 from rich.text import Text
 
-from agenthub.repl._core import COMMANDS, SETTINGS, Repl
+from agenthub.repl._core import Repl
+from agenthub.repl._input import completions
 
 __all__ = ["history_file", "run_terminal"]
 
@@ -98,10 +99,10 @@ def _setup_readline() -> object | None:
         import readline
     except ImportError:  # no readline on this platform: plain input() still works
         return None
-    words = [f":{name}" for name in COMMANDS] + list(SETTINGS)
 
     def complete(text: str, state: int) -> str | None:
-        matches = [w + " " for w in words if w.startswith(text)]
+        line = readline.get_line_buffer()[: readline.get_endidx()]
+        matches = completions(line, text)
         return matches[state] if state < len(matches) else None
 
     readline.set_completer(complete)

@@ -25,6 +25,7 @@ from agenthub.agents import (
 from agenthub.agents._fake import fake_logprob
 from agenthub.cli import main
 from agenthub.repl import Command, EngineFactory, Enter, EntryReader, Repl, TypedAction
+from agenthub.repl._input import SETTINGS, completions
 from agenthub.repl._terminal import _Loop
 from tests.tiny_model import build_tokenizer
 
@@ -377,3 +378,17 @@ async def test_openrlhf_agent_text_observations_and_replay(
     await h.type(f":save {file}", f":load {file}")
     assert "matches the saved one token for token" in await h.type("", "")
     await h.repl.aclose()
+
+
+def test_tab_completes_commands_settings_and_file_names(tmp_path: Path) -> None:
+    (tmp_path / "run.jsonl").write_text("")
+    (tmp_path / "runs").mkdir()
+    assert completions(":to", ":to") == [":tokens "]
+    assert completions(":set te", "te") == ["temperature "]
+    assert completions(":set ", "") == [f"{key} " for key in SETTINGS]
+    assert completions(f":load {tmp_path}/ru", f"{tmp_path}/ru") == [
+        f"{tmp_path}/run.jsonl ",
+        f"{tmp_path}/runs/",
+    ]
+    assert completions("def f(x):", "f(x):") == []
+    assert completions("", "") == []
