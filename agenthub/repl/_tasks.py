@@ -62,7 +62,10 @@ class TaskSource:
         limit: int | None = None,
     ) -> list[Task]:
         if self.tasks_file:
-            return list(pick(itertools.islice(_read_tasks(self.tasks_file), limit)))
+            try:
+                return list(pick(itertools.islice(_read_tasks(self.tasks_file), limit)))
+            except ValueError as exc:  # a malformed line: say which, as the reader does
+                raise AgentHubError(f"--tasks {self.tasks_file}: {exc}") from exc
         env = self._make_env()
         try:
             return list(pick(itertools.islice(env.tasks(split), limit)))

@@ -392,3 +392,12 @@ def test_tab_completes_commands_settings_and_file_names(tmp_path: Path) -> None:
     ]
     assert completions("def f(x):", "f(x):") == []
     assert completions("", "") == []
+
+
+async def test_a_malformed_task_file_is_reported(chat: ChatTokenizer, tmp_path: Path) -> None:
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text('{"question": "no prompt field"}\n')
+    with pytest.raises(AgentHubError, match="no 'prompt' field"):
+        await Harness(chat, tasks_file=bad).repl.start()
+    with pytest.raises(AgentHubError, match="no such file"):
+        await Harness(chat, tasks_file=tmp_path / "missing.jsonl").repl.start()
