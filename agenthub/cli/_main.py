@@ -12,7 +12,6 @@ Handler = Callable[[argparse.Namespace], int]
 # Commands whose implementation arrives with a later part of agenthub. They exist now so the
 # command tree is stable, and say plainly that they do nothing yet.
 _PLANNED = {
-    "repl": "step through an environment by hand, as a person or with a model",
     "bench": "run the benchmarks under benchmarks/",
 }
 
@@ -96,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train_arguments(train)
     train.set_defaults(handler=_lazy("agenthub.cli._train", "train_command"))
+
+    from agenthub.cli._repl import add_arguments as repl_arguments
+
+    repl = commands.add_parser(
+        "repl", help="step through an environment by hand, as a person or with a model"
+    )
+    repl_arguments(repl)
+    repl.set_defaults(handler=_lazy("agenthub.cli._repl", "repl_command"))
 
     for name, summary in _PLANNED.items():
         planned = commands.add_parser(name, help=f"{summary} (planned)")

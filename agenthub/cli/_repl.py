@@ -1,0 +1,80 @@
+"""`agenthub repl`: step through an environment by hand, as a person or with a model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.text import Text
+
+from agenthub.agents import InferenceEngine, SamplingParams
+from agenthub.cli._envs import parse_kwargs
+from agenthub.cli._eval import resolve_model
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env",
+        required=True,
+        metavar="ID",
+        help="environment id, or 'package.module:Attr' for an env class not registered",
+    )
+    parser.add_argument(
+        "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
+    )
+    parser.add_argument("--task", type=int, default=0, metavar="N", help="task index (0)")
+    parser.add_argument("--split", default="held_out", choices=["train", "held_out"])
+    parser.add_argument("--tasks", default=None, metavar="FILE", help="JSONL task file")
+    parser.add_argument(
+        "--model",
+        default="default",
+        metavar="PATH|default",
+        help="local model directory, or 'default' for the embedded default model; its "
+        "tokenizer tokenizes the episode, and :gen loads it into vLLM on first use",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the env's reset seed (0)")
+    parser.add_argument(
+        "--max-reply-tokens", type=int, default=256, metavar="R", help="tokens per :gen reply"
+    )
+
+
+def repl_command(args: argparse.Namespace) -> int:
+    from agenthub.agents import ChatTokenizer
+    from agenthub.repl import Repl, run_terminal
+
+    console = Console(highlight=False)
+    model = resolve_model(args.model, needed=True)
+    assert model is not None
+    with console.status("loading the tokenizer..."):
+        chat = ChatTokenizer.from_pretrained(model)
+
+    async def build_engine() -> InferenceEngine:
+        from agenthub.agents import VLLMEngine
+
+        # vLLM's start-up log would bury the episode; VLLM_LOGGING_LEVEL=INFO brings it back.
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+        return VLLMEngine(model, seed=args.seed, max_num_seqs=1)
+
+    repl = Repl(
+        env=args.env,
+        env_kwargs=parse_kwargs(args.env_kwargs),
+        task_index=args.task,
+        seed=args.seed,
+        chat=chat,
+        sampling=SamplingParams(max_tokens=args.max_reply_tokens),
+        console=console,
+        engine_factory=build_engine,
+        tasks_file=args.tasks,
+        split=args.split,
+    )
+    console.print(
+        Text(f"agenthub repl: env {args.env}, model {_name(model)}", style="bold"), markup=False
+    )
+    return run_terminal(repl)
+
+
+def _name(model: Path) -> str:
+    return model.name

@@ -1,0 +1,454 @@
+"""`Repl`: the REPL's logic, driven by entries and writing to a rich `Console`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from agenthub._env import Env
+from agenthub._errors import AgentHubError
+from agenthub._registry import make
+from agenthub._spec import EnvSpec
+from agenthub._types import Step, Task
+from agenthub.agents import (
+    ChatTemplateError,
+    ChatTokenizer,
+    EngineError,
+    InferenceEngine,
+    SamplingParams,
+)
+from agenthub.repl._episode import Action, Episode, model_action, typed_action
+from agenthub.repl._files import append_line, read_line
+from agenthub.repl._input import (
+    COMMANDS,
+    ENTRY_HELP,
+    Command,
+    Enter,
+    Entry,
+    EntryReader,
+    TypedAction,
+    parse_setting,
+)
+from agenthub.repl._render import (
+    show_failure,
+    show_observation,
+    show_settings,
+    show_step,
+    show_task,
+    show_tokens,
+    to_json,
+)
+from agenthub.repl._replay import Replay
+from agenthub.repl._tasks import TaskSource
+
+__all__ = ["EngineFactory", "Repl"]
+
+EngineFactory = Callable[[], Awaitable[InferenceEngine]]
+
+
+class Repl:
+    """Step through one environment by hand, or let a model write the actions.
+
+    Feed it entries (`handle`) or lines (`feed`); everything it shows goes to `console`. An
+    exception the env raises is shown with its traceback and the episode stays as it was
+    before the failing call. The engine is built by `engine_factory` on the first `:gen`.
+    """
+
+    def __init__(
+        self,
+        *,
+        env: str,
+        env_kwargs: dict[str, Any],
+        task_index: int,
+        seed: int | None,
+        chat: ChatTokenizer,
+        sampling: SamplingParams,
+        console: Console,
+        engine_factory: EngineFactory | None = None,
+        tasks_file: str | None = None,
+        split: str = "held_out",
+    ) -> None:
+        self.env_id = env
+        self.env_kwargs = env_kwargs
+        self.spec: str | EnvSpec = env
+        self.tasks = TaskSource(self.make_env, tasks_file=tasks_file, split=split)
+        self.task_index = task_index
+        self.seed = seed
+        self.chat = chat
+        self.sampling = sampling
+        self.console = console
+        self._engine_factory = engine_factory
+        self.engine: InferenceEngine | None = None
+        self.episode: Episode | None = None
+        self.replay: Replay | None = None
+        self._reader = EntryReader()
+
+    def make_env(self) -> Env[Any]:
+        try:
+            return make(self.spec, **self.env_kwargs)
+        except TypeError as exc:
+            raise AgentHubError(str(exc)) from exc
+
+    async def start(self) -> None:
+        """Check the env can be built (so a bad id fails at once) and open the first episode."""
+        if ":" in self.env_id:
+            # "package.module:Attr" names an env class directly, registered or not.
+            self.spec = EnvSpec(id=self.env_id, entry_point=self.env_id)
+            if "" not in sys.path and str(Path.cwd()) not in sys.path:
+                # As `python -m` does, so a module beside the person is found.
+                sys.path.insert(0, str(Path.cwd()))
+        probe = self.make_env()
+        await probe.aclose()
+        self.console.print(Text(ENTRY_HELP + " :help lists the commands.", style="dim"))
+        await self._new_episode(await self.tasks.get(self.task_index))
+
+    @property
+    def prompt(self) -> str:
+        if self._reader.continuing:
+            return self._reader.continuation_prompt
+        if self.replay is not None and self.episode is not None:
+            return f"replay step {len(self.episode.actions) + 1} (Enter)> "
+        if self.episode is None:
+            return "repl> "
+        return f"{self.env_id} {len(self.episode.actions) + 1}> "
+
+    async def feed(self, line: str) -> bool:
+        """Take one typed line; return False once the person asked to quit."""
+        entry = self._reader.feed(line)
+        return True if entry is None else await self.handle(entry)
+
+    def cancel_input(self) -> None:
+        self._reader.cancel()
+
+    async def handle(self, entry: Entry) -> bool:
+        """Carry out one entry; return False when it was `:quit`."""
+        try:
+            if isinstance(entry, Command):
+                return await self._command(entry)
+            if isinstance(entry, TypedAction):
+                await self._typed(entry.text)
+            elif isinstance(entry, Enter) and self.replay is not None:
+                await self._replay_step()
+        except AgentHubError as exc:
+            self.console.print(Text(f"error: {exc}", style="bold red"))
+        return True
+
+    async def aclose(self) -> None:
+        if self.episode is not None:
+            await self._close_episode()
+        if self.engine is not None:
+            await self.engine.aclose()
+            self.engine = None
+
+    # -- commands -------------------------------------------------------------------------
+
+    async def _command(self, command: Command) -> bool:
+        name, args = command.name, command.args
+        if name in ("quit", "q", "exit"):
+            return False
+        handlers: dict[str, Callable[[tuple[str, ...]], Awaitable[None]]] = {
+            "gen": self._gen,
+            "set": self._set,
+            "tokens": self._tokens,
+            "reset": self._reset,
+            "undo": self._undo,
+            "save": self._save,
+            "load": self._load,
+            "stop": self._stop,
+            "help": self._help,
+        }
+        if name not in handlers:
+            raise AgentHubError(f"unknown command :{name}; :help lists the commands")
+        await handlers[name](args)
+        return True
+
+    async def _help(self, args: tuple[str, ...]) -> None:
+        self.console.print(Text(ENTRY_HELP))
+        for line in COMMANDS.values():
+            self.console.print(Text(line))
+        self.console.print(
+            Text(
+                "Typed actions enter the token sequence as if the model had written them "
+                "(text + end-of-turn token) with loss mask 0; :tokens shows them in magenta."
+            )
+        )
+
+    async def _set(self, args: tuple[str, ...]) -> None:
+        if args:
+            self.sampling = parse_setting(self.sampling, args)
+        show_settings(self.console, self.sampling)
+
+    async def _tokens(self, args: tuple[str, ...]) -> None:
+        show_tokens(self.console, self._live(), self.chat, ids="ids" in args)
+
+    async def _reset(self, args: tuple[str, ...]) -> None:
+        if args:
+            try:
+                self.task_index = int(args[0])
+            except ValueError as exc:
+                raise AgentHubError(f":reset N needs a task number, got {args[0]!r}") from exc
+        task = await self.tasks.get(self.task_index)
+        self.replay = None
+        await self._new_episode(task)
+
+    async def _undo(self, args: tuple[str, ...]) -> None:
+        episode = self._live()
+        if not episode.actions:
+            raise AgentHubError("nothing to undo: no step was taken yet")
+        keep, old = episode.actions[:-1], list(episode.session.tokens)
+        started = time.perf_counter()
+        await self._close_episode()
+        fresh = await self._open(episode.task)
+        if fresh is None:
+            return
+        for action in keep:
+            if await self._step(action, quiet=True) is None:
+                return
+        took = time.perf_counter() - started
+        self.console.print(
+            Text(
+                f"undone: back at step {len(keep)} (replayed {len(keep)} actions from seed "
+                f"{fresh.seed} in {took:.3f} s)",
+                style="bold",
+            )
+        )
+        if old[: len(fresh.session)] != fresh.session.tokens:
+            self.console.print(
+                Text(
+                    f"warning: the env answered differently on the replay; it is not "
+                    f"deterministic under seed {fresh.seed}",
+                    style="bold yellow",
+                )
+            )
+        show_observation(
+            self.console, fresh.steps[-1].observation if fresh.steps else fresh.first_observation
+        )
+
+    async def _save(self, args: tuple[str, ...]) -> None:
+        if len(args) != 1:
+            raise AgentHubError(":save FILE")
+        trajectory = self._live().trajectory()
+        path, lines = append_line(args[0], trajectory.model_dump_json())
+        self.console.print(
+            Text(
+                f"saved line {lines} of {path}: {len(trajectory.tokens)} tokens, "
+                f"{trajectory.num_turns} steps, return {trajectory.reward:g}",
+                style="bold",
+            ),
+            markup=False,
+        )
+
+    async def _load(self, args: tuple[str, ...]) -> None:
+        if len(args) not in (1, 2):
+            raise AgentHubError(":load FILE [LINE]")
+        saved, line = read_line(args[0], args[1] if len(args) == 2 else None)
+        if saved.env != self.env_id:
+            self.console.print(
+                Text(
+                    f"note: saved on env {saved.env!r}, replaying on {self.env_id!r}",
+                    style="yellow",
+                )
+            )
+        task = await self.tasks.find(saved.task_id)
+        if task is None:
+            raise AgentHubError(
+                f"task {saved.task_id!r} of the saved trajectory is not in "
+                f"{self.tasks.describe()} or the env's other split; pass --tasks FILE with it"
+            )
+        self.console.print(
+            Text(
+                f"loaded line {line} of {args[0]}: task {saved.task_id}, {saved.num_turns} steps, "
+                f"return {saved.reward:g}. Enter replays the next step; :stop ends the replay.",
+                style="bold",
+            ),
+            markup=False,
+        )
+        self.replay = None
+        if await self._new_episode(task):
+            self.replay = Replay(saved, self.chat)
+
+    async def _stop(self, args: tuple[str, ...]) -> None:
+        if self.replay is None:
+            raise AgentHubError("no replay is running")
+        self.replay = None
+        self.console.print(Text("replay stopped; go on by hand"))
+
+    # -- actions --------------------------------------------------------------------------
+
+    async def _typed(self, text: str) -> None:
+        self._ready()
+        action = typed_action(self.chat, text, self._policy_version())
+        if action.text != text:
+            self.console.print(
+                Text(
+                    f"note: the tokens decode to {action.text!r}; the env gets that", style="yellow"
+                ),
+                markup=False,
+            )
+        await self._step(action)
+
+    async def _gen(self, args: tuple[str, ...]) -> None:
+        episode = self._ready()
+        engine = await self._engine()
+        room = engine.max_model_len - len(episode.session)
+        if room < 1:
+            raise AgentHubError(
+                f"the episode fills the model's context ({engine.max_model_len} tokens)"
+            )
+        stops = {*self.sampling.stop_token_ids, *self.chat.stop_token_ids}
+        sampling = self.sampling.replace(
+            max_tokens=min(self.sampling.max_tokens, room), stop_token_ids=tuple(sorted(stops))
+        )
+        show_settings(self.console, self.sampling)
+        started = time.perf_counter()
+        try:
+            generation = await engine.generate(episode.session.tokens, sampling)
+        except EngineError as exc:
+            raise AgentHubError(f"generation_error: {exc}") from exc
+        finally:
+            episode.timings.generate_s += time.perf_counter() - started
+        took = time.perf_counter() - started
+        action = model_action(self.chat, generation)
+        head = Text(
+            f"model ({len(generation.token_ids)} tokens, {generation.finish_reason}, "
+            f"generate {took:.3f} s):",
+            style="bold green",
+        )
+        self.console.print(head)
+        self.console.print(Text(action.text), markup=False)
+        await self._step(action)
+
+    async def _replay_step(self) -> None:
+        replay = self.replay
+        assert replay is not None
+        episode = self._ready()
+        action = replay.next_action(episode)
+        if action is None:
+            self._finish_replay()
+            return
+        who = "model" if action.kind == "model" else "typed"
+        self.console.print(Text(f"replaying a {who} action:", style="bold"))
+        self.console.print(Text(action.text), markup=False)
+        step = await self._step(action)
+        if step is not None and (episode.done or len(episode.session) >= len(replay.saved.tokens)):
+            self._finish_replay()
+
+    def _finish_replay(self) -> None:
+        assert self.replay is not None and self.episode is not None
+        replay, episode = self.replay, self.episode
+        self.replay = None
+        differs = replay.compare(episode)
+        saved = replay.saved
+        if differs is None:
+            message = (
+                f"replay done: the trajectory matches the saved one token for token "
+                f"({len(saved.tokens)} tokens, return {episode.total_return:g})"
+            )
+        else:
+            message = (
+                f"replay done: the trajectory differs from the saved one from token {differs} "
+                f"(saved return {saved.reward:g}, now {episode.total_return:g})"
+            )
+        self.console.print(Text(message, style="bold"))
+
+    # -- the episode ----------------------------------------------------------------------
+
+    async def _new_episode(self, task: Task) -> bool:
+        if self.episode is not None:
+            await self._close_episode()
+        show_task(self.console, task, self.task_index, self.seed)
+        episode = await self._open(task)
+        if episode is None:
+            return False
+        show_observation(self.console, episode.first_observation)
+        if episode.first_info:
+            self.console.print(Text(f"info: {to_json(episode.first_info)}", style="dim"))
+        return True
+
+    async def _open(self, task: Task) -> Episode | None:
+        try:
+            episode, took = await Episode.start(
+                self.env_id, self.make_env, task, self.seed, self.chat
+            )
+        except AgentHubError:
+            raise
+        except Exception as exc:
+            self._env_failed("reset", exc)
+            self.console.print(Text("no episode now: fix the env, then :reset", style="bold"))
+            return None
+        self.episode = episode
+        self.console.print(
+            Text(f"(reset {took:.3f} s, {len(episode.session)} prompt tokens)", style="dim")
+        )
+        return episode
+
+    async def _step(self, action: Action, *, quiet: bool = False) -> Step[Any] | None:
+        episode = self._ready()
+        try:
+            step, took = await episode.apply(action)
+        except ChatTemplateError:
+            raise
+        except Exception as exc:
+            # The env is user code: whatever it raises is shown, and the REPL goes on.
+            self._env_failed("step", exc)
+            self.console.print(
+                Text("the step was not applied: send another action, :undo or :reset", style="bold")
+            )
+            return None
+        if not quiet:
+            show_step(self.console, len(episode.actions), step, episode.total_return, took)
+        return step
+
+    def _env_failed(self, what: str, exc: BaseException) -> None:
+        show_failure(self.console, what, exc)
+
+    async def _close_episode(self) -> None:
+        assert self.episode is not None
+        episode, self.episode = self.episode, None
+        try:
+            await episode.aclose()
+        except Exception as exc:
+            self._env_failed("aclose", exc)
+
+    def _live(self) -> Episode:
+        if self.episode is None:
+            raise AgentHubError(
+                "no episode is running (its reset failed): fix the env, then :reset"
+            )
+        return self.episode
+
+    def _ready(self) -> Episode:
+        episode = self._live()
+        if episode.done:
+            raise AgentHubError("the episode is over: :save FILE, :undo, :reset or :quit")
+        return episode
+
+    def _policy_version(self) -> int:
+        return 0 if self.engine is None else self.engine.policy_version
+
+    async def _engine(self) -> InferenceEngine:
+        if self.engine is None:
+            if self._engine_factory is None:
+                raise AgentHubError("no model to generate with")
+            self.console.print(
+                Text(
+                    "loading the model for :gen (vLLM in this process; takes 30-60 s on CPU)...",
+                    style="bold",
+                )
+            )
+            started = time.perf_counter()
+            try:
+                self.engine = await self._engine_factory()
+            except Exception as exc:
+                show_failure(self.console, "starting the model", exc, cause="generation_error")
+                raise AgentHubError("the model could not be started (see above)") from exc
+            self.console.print(
+                Text(f"model ready in {time.perf_counter() - started:.1f} s", style="bold")
+            )
+        return self.engine

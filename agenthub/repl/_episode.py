@@ -1,0 +1,160 @@
+"""One episode played by hand: the env, its token-in-token-out session and what was done."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agenthub._env import Env
+from agenthub._types import Observation, Step, Task
+from agenthub.agents import ChatTokenizer, Generation, Session, Timings, Trajectory
+
+__all__ = ["Action", "Episode", "TokenKind", "typed_action"]
+
+TokenKind = Literal["prompt", "env", "model", "human"]
+"""Where a token came from: the opening prompt, a later env message, a model sample (loss mask
+1), or text a person typed (loss mask 0: the model did not sample it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One reply sent to the env: its tokens as they enter the session and the text the env
+    gets (the decoded tokens, exactly what a model's reply would give)."""
+
+    kind: Literal["human", "model"]
+    text: str
+    generation: Generation
+
+
+def end_of_turn(chat: ChatTokenizer) -> list[int]:
+    """The token a model ends its reply with: the template's end-of-turn token, else EOS."""
+    if chat.closing_ids and chat.closing_ids[0] in chat.stop_token_ids:
+        return [chat.closing_ids[0]]
+    return list(chat.stop_token_ids[:1])
+
+
+def typed_action(chat: ChatTokenizer, text: str, policy_version: int) -> Action:
+    """A person's reply, tokenized as if the model had written it: the text, then end-of-turn."""
+    ids = (*chat.encode_text(text), *end_of_turn(chat))
+    generation = Generation(ids, (0.0,) * len(ids), "stop", policy_version)
+    return Action("human", chat.decode(ids), generation)
+
+
+def model_action(chat: ChatTokenizer, generation: Generation) -> Action:
+    return Action("model", chat.decode(generation.token_ids), generation)
+
+
+@dataclass
+class Episode:
+    """The live episode: `env` after `reset(task, seed=seed)` and every applied action.
+
+    `kinds` runs beside `session.tokens`. A typed action enters the session like a sample but
+    with loss mask 0 and logprob 0.0, so `trajectory()` is exactly what the trainer would get
+    had the model written it, without training on text the model never sampled.
+    """
+
+    env_id: str
+    env: Env[Any]
+    task: Task
+    seed: int | None
+    session: Session
+    first_observation: Observation
+    first_info: dict[str, Any]
+    kinds: list[TokenKind] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    steps: list[Step[Any]] = field(default_factory=list)
+    timings: Timings = field(default_factory=Timings)
+
+    @classmethod
+    async def start(
+        cls,
+        env_id: str,
+        make_env: Callable[[], Env[Any]],
+        task: Task,
+        seed: int | None,
+        chat: ChatTokenizer,
+    ) -> tuple[Episode, float]:
+        """Build a fresh env and reset it; return the episode and the seconds `reset` took.
+        The env is closed again when `reset` fails."""
+        env = make_env()
+        started = time.perf_counter()
+        try:
+            observation, info = await env.reset(task, seed=seed)
+        except BaseException:
+            await env.aclose()
+            raise
+        took = time.perf_counter() - started
+        session = Session.start(chat, task, observation)
+        episode = cls(env_id, env, task, seed, session, observation, dict(info))
+        episode.kinds = ["prompt"] * len(session)
+        episode.timings.env_s += took
+        return episode, took
+
+    @property
+    def done(self) -> bool:
+        return bool(self.steps) and self.steps[-1].done
+
+    @property
+    def total_return(self) -> float:
+        return sum(s.reward for s in self.steps)
+
+    async def apply(self, action: Action) -> tuple[Step[Any], float]:
+        """Append the action's tokens, step the env, append its answer; return the step and
+        the seconds `step` took. When the env raises, the action's tokens are taken out again,
+        so the person can send another one."""
+        session = self.session
+        before = len(session)
+        session.add_generation(action.generation)
+        if action.kind == "human":
+            n = len(action.generation.token_ids)
+            session.loss_mask[before:] = [0] * n
+            session.generated_tokens -= n
+        started = time.perf_counter()
+        try:
+            step = await self.env.step(action.text)
+        except BaseException:
+            session.rollback(before)
+            raise
+        finally:
+            self.timings.env_s += time.perf_counter() - started
+        took = time.perf_counter() - started
+        self.kinds += [action.kind] * (len(session) - before)
+        self.actions.append(action)
+        self.steps.append(step)
+        if not step.done:
+            mark = len(session)
+            session.add_observation(step.observation, action.generation.policy_version)
+            self.kinds += ["env"] * (len(session) - mark)
+        return step, took
+
+    def trajectory(self) -> Trajectory:
+        """The episode so far in the format `agenthub eval` and the trainer use."""
+        session = self.session
+        scores = [s.score for s in self.steps if s.score is not None]
+        logs: dict[str, float] = {}
+        for step in self.steps:
+            logs.update(step.extra_logs)
+        last = self.steps[-1] if self.steps else None
+        return Trajectory(
+            env=self.env_id,
+            task_id=self.task.id,
+            tokens=list(session.tokens),
+            loss_mask=list(session.loss_mask),
+            logprobs=list(session.logprobs),
+            policy_versions=list(session.policy_versions),
+            step_rewards=[s.reward for s in self.steps],
+            reward=self.total_return,
+            score=scores[-1] if scores else None,
+            terminated=bool(last and last.terminated),
+            truncated=bool(last and last.truncated),
+            num_turns=len(self.actions),
+            timings=self.timings.model_copy(
+                update={"total_s": self.timings.env_s + self.timings.generate_s}
+            ),
+            extra_logs=logs,
+        )
+
+    async def aclose(self) -> None:
+        await self.env.aclose()

@@ -1,0 +1,154 @@
+"""How the REPL shows tasks, steps and token sequences."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from agenthub._errors import RewardFuncError, RewardModelError
+from agenthub._types import Observation, Step, Task
+from agenthub.agents import ChatTokenizer, SamplingParams
+from agenthub.repl._episode import Episode, TokenKind
+
+__all__ = [
+    "show_failure",
+    "show_observation",
+    "show_settings",
+    "show_step",
+    "show_task",
+    "show_tokens",
+    "to_json",
+]
+
+STYLES: dict[TokenKind, str] = {
+    "prompt": "cyan",
+    "env": "yellow",
+    "model": "bold green",
+    "human": "magenta",
+}
+LEGEND: dict[TokenKind, str] = {
+    "prompt": "prompt (mask 0)",
+    "env": "env (mask 0)",
+    "model": "model-sampled (mask 1, logprob shown)",
+    "human": "typed by you (mask 0: the model did not sample it, so it is not trained on)",
+}
+
+
+def show_task(console: Console, task: Task, index: int | None, seed: int | None) -> None:
+    where = f"task {index}" if index is not None else "task"
+    console.print(Text(f"── {where}: {task.id}  (seed {seed})", style="bold"))
+    if isinstance(task.prompt, str):
+        console.print(Text(task.prompt))
+    else:
+        for message in task.prompt:
+            _message(console, message.role, message.content)
+    if task.label is not None:
+        console.print(Text(f"label: {json.dumps(task.label)[:400]}", style="dim"))
+
+
+def show_observation(console: Console, observation: Observation) -> None:
+    if isinstance(observation, str):
+        if observation:
+            console.print(Text("observation (text):", style="bold"))
+            console.print(Text(observation), markup=False)
+        return
+    for message in observation:
+        _message(console, message.role, message.content)
+
+
+def _message(console: Console, role: str, content: str) -> None:
+    line = Text(f"[{role}] ", style="bold blue")
+    line.append(content)
+    console.print(line)
+
+
+def show_step(console: Console, number: int, step: Step[Any], total: float, seconds: float) -> None:
+    head = Text(f"── step {number}: ", style="bold")
+    head.append(f"reward {step.reward:g}  return {total:g}  ")
+    head.append(f"terminated {step.terminated}  truncated {step.truncated}")
+    if step.score is not None:
+        head.append(f"  score {step.score:g}")
+    head.append(f"  (step {seconds:.3f} s)", style="dim")
+    console.print(head)
+    if step.info:
+        console.print(Text(f"info: {to_json(step.info)}", style="dim"), markup=False)
+    if step.extra_logs:
+        console.print(Text(f"extra_logs: {to_json(step.extra_logs)}", style="dim"))
+    show_observation(console, step.observation)
+    if step.done:
+        console.print(
+            Text("episode over: :save FILE, :undo, :reset or :quit", style="bold"), markup=False
+        )
+
+
+def show_failure(
+    console: Console, what: str, exc: BaseException, *, cause: str | None = None
+) -> None:
+    """An exception with its traceback, typed as the episode runner would record it (by
+    default as an env's failure)."""
+    if cause is None:
+        scoring = isinstance(exc, RewardFuncError | RewardModelError)
+        cause = "score_error" if scoring else "env_error"
+    console.print(
+        Text(f"{cause}: {what} raised {type(exc).__name__}: {exc}", style="bold red"),
+        markup=False,
+    )
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    console.print(Text(trace, style="red"), markup=False, highlight=False)
+
+
+def to_json(value: Mapping[str, Any]) -> str:
+    return json.dumps(dict(value), default=repr, ensure_ascii=False)[:2000]
+
+
+def show_settings(console: Console, sampling: SamplingParams) -> None:
+    seed = "none" if sampling.seed is None else sampling.seed
+    console.print(
+        Text(
+            f"sampling: temperature {sampling.temperature:g}  top_p {sampling.top_p:g}  "
+            f"top_k {sampling.top_k}  max_tokens {sampling.max_tokens}  seed {seed}",
+            style="dim",
+        )
+    )
+
+
+def show_tokens(
+    console: Console, episode: Episode, chat: ChatTokenizer, *, ids: bool = False
+) -> None:
+    """Every token of the episode in its kind's colour, each boxed by `|`, with the rollout
+    logprob after each sampled token."""
+    session = episode.session
+    counts = {kind: episode.kinds.count(kind) for kind in STYLES}
+    legend = Text(f"{len(session)} tokens: ")
+    for kind, style in STYLES.items():
+        legend.append(f"{counts[kind]} {LEGEND[kind]}", style=style)
+        legend.append("  ")
+    console.print(legend)
+    text = Text()
+    for i, token in enumerate(session.tokens):
+        kind = episode.kinds[i]
+        piece = _visible(_token_text(chat, token))
+        text.append("|", style="dim")
+        text.append(piece, style=STYLES[kind])
+        if ids:
+            text.append(f"#{token}", style="dim")
+        if session.loss_mask[i] == 1:
+            text.append(f"({session.logprobs[i]:.2f})", style="dim green")
+        if piece.endswith("↵"):
+            text.append("\n")
+    console.print(text, soft_wrap=False, overflow="fold")
+
+
+def _token_text(chat: ChatTokenizer, token: int) -> str:
+    text = chat.tokenizer.decode([token], skip_special_tokens=False)
+    assert isinstance(text, str)
+    return text
+
+
+def _visible(piece: str) -> str:
+    return piece.replace("\n", "↵").replace("\t", "→")

@@ -1,0 +1,78 @@
+"""Recover the actions of a saved trajectory, one at a time, while replaying it."""
+
+from __future__ import annotations
+
+from agenthub.agents import ChatTokenizer, Generation, Trajectory
+from agenthub.repl._episode import Action, Episode, end_of_turn, model_action
+
+__all__ = ["Replay"]
+
+
+class Replay:
+    """Walks a saved `Trajectory` in step with a fresh episode of the same task.
+
+    A model's reply is a run of loss-mask-1 tokens and is replayed with its saved tokens and
+    logprobs. A typed reply has mask 0 like the env's messages; it is found because the
+    replayed episode produces the env's tokens itself: while the replay matches the saved
+    tokens, the next reply starts where the replayed session ends and runs to its
+    end-of-turn token. Once the env answers differently (another seed, a changed env), only
+    the model's replies (the mask-1 runs) can still be told apart, and only those are replayed.
+    """
+
+    def __init__(self, saved: Trajectory, chat: ChatTokenizer) -> None:
+        self.saved = saved
+        self.chat = chat
+        self.aligned = True
+        self.diverged_at: int | None = None
+        self._pos = 0
+        self._eot = set(end_of_turn(chat))
+
+    def next_action(self, episode: Episode) -> Action | None:
+        """The next saved reply, or None when there is none left."""
+        tokens, mask = self.saved.tokens, self.saved.loss_mask
+        have = episode.session.tokens
+        if self.aligned and tokens[: len(have)] == have:
+            self._pos = len(have)
+        elif self.aligned:
+            self.aligned = False
+            self.diverged_at = _first_difference(tokens, have)
+        pos = self._pos
+        if not self.aligned:
+            while pos < len(tokens) and mask[pos] == 0:
+                pos += 1
+        if pos >= len(tokens):
+            return None
+        end = pos
+        if mask[pos] == 1:
+            while end < len(tokens) and mask[end] == 1:
+                end += 1
+        else:
+            while end < len(tokens) and tokens[end] not in self._eot:
+                end += 1
+            end = min(end + 1, len(tokens))
+        self._pos = end
+        generation = Generation(
+            tuple(tokens[pos:end]),
+            tuple(self.saved.logprobs[pos:end]),
+            "stop" if tokens[end - 1] in self.chat.stop_token_ids else "length",
+            self.saved.policy_versions[pos],
+        )
+        if mask[pos] == 1:
+            return model_action(self.chat, generation)
+        return Action("human", self.chat.decode(generation.token_ids), generation)
+
+    def compare(self, episode: Episode) -> int | None:
+        """The first token where the replayed episode differs from the saved one, or None."""
+        have, saved = episode.session.tokens, self.saved.tokens
+        if have == saved and episode.session.loss_mask == self.saved.loss_mask:
+            return None
+        if have == saved:
+            return _first_difference(self.saved.loss_mask, episode.session.loss_mask)
+        return _first_difference(saved, have)
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))

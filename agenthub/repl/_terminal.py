@@ -1,0 +1,123 @@
+"""The REPL in a terminal: readline history and completion, Ctrl-C and Ctrl-D."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Coroutine
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+from rich.text import Text
+
+from agenthub.repl._core import Repl
+from agenthub.repl._input import completions
+
+__all__ = ["history_file", "run_terminal"]
+
+
+def history_file() -> Path:
+    """`$AGENTHUB_CACHE_DIR/repl_history`, else under `$XDG_CACHE_HOME/agenthub` or
+    `~/.cache/agenthub` (where the default model is cached too)."""
+    if root := os.environ.get("AGENTHUB_CACHE_DIR"):
+        return Path(root) / "repl_history"
+    return (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "agenthub"
+        / "repl_history"
+    )
+
+
+T = TypeVar("T")
+
+
+class _Loop:
+    """One event loop for the whole session (a model loaded by `:gen` lives on it), run one
+    entry at a time. Ctrl-C during an entry cancels it and raises `KeyboardInterrupt`."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        task = self.loop.create_task(coro)
+        interrupted = False
+
+        def on_sigint(signum: int, frame: FrameType | None) -> None:
+            nonlocal interrupted
+            interrupted = True
+            self.loop.call_soon_threadsafe(task.cancel)
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            return self.loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            if interrupted:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+
+def run_terminal(repl: Repl) -> int:
+    """Read lines until `:quit` or Ctrl-D; return the exit code."""
+    history = _setup_readline()
+    runner = _Loop()
+    try:
+        runner.run(repl.start())
+        while True:
+            try:
+                line = input(repl.prompt)
+            except EOFError:
+                repl.console.print()
+                break
+            except KeyboardInterrupt:
+                repl.cancel_input()
+                repl.console.print()
+                continue
+            try:
+                if not runner.run(repl.feed(line)):
+                    break
+            except KeyboardInterrupt:
+                repl.console.print(Text("interrupted", style="bold red"))
+    finally:
+        runner.run(repl.aclose())
+        runner.close()
+        if history is not None:
+            _save_history(history)
+    return 0
+
+
+def _setup_readline() -> object | None:
+    try:
+        import readline
+    except ImportError:  # no readline on this platform: plain input() still works
+        return None
+
+    def complete(text: str, state: int) -> str | None:
+        line = readline.get_line_buffer()[: readline.get_endidx()]
+        matches = completions(line, text)
+        return matches[state] if state < len(matches) else None
+
+    readline.set_completer(complete)
+    readline.set_completer_delims(" \t\n")
+    if "libedit" in (readline.__doc__ or ""):
+        readline.parse_and_bind("bind ^I rl_complete")
+    else:
+        readline.parse_and_bind("tab: complete")
+    with contextlib.suppress(OSError):
+        history_file().parent.mkdir(parents=True, exist_ok=True)
+        readline.read_history_file(history_file())
+    readline.set_history_length(2000)
+    return readline
+
+
+def _save_history(readline: object) -> None:
+    with contextlib.suppress(OSError):
+        readline.write_history_file(history_file())  # type: ignore[attr-defined]

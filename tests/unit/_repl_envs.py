@@ -1,0 +1,52 @@
+"""Environments for the REPL's tests: a seeded guessing game that can be made to raise."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from agenthub import Env, Message, Step, Task
+
+
+class GuessEnv(Env[list[Message]]):
+    """Guess the secret number, drawn from the reset seed; a reply saying 'boom' makes it raise."""
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        for i, top in enumerate((10, 100, 1000)):
+            yield Task(id=f"{split}-{i}", prompt=f"Guess my number from 1 to {top}.", label=top)
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.reseed(seed)
+        assert isinstance(task.label, int)
+        self.secret = int(self.np_random.integers(1, task.label + 1))
+        self.guesses = 0
+        return [Message(role="user", content="Your first guess?")], {"top": task.label}
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        if "boom" in action:
+            raise RuntimeError("the env blew up on purpose")
+        self.guesses += 1
+        found = re.search(r"-?\d+", action)
+        if found is None:
+            reply, reward = "Say a number.", 0.0
+        else:
+            guess = int(found.group())
+            if guess == self.secret:
+                return Step([], 1.0, terminated=True, info={"guesses": self.guesses})
+            reply, reward = ("Higher." if guess < self.secret else "Lower."), 0.0
+        return Step(
+            [Message(role="user", content=reply)],
+            reward,
+            truncated=self.guesses >= 8,
+            info={"guesses": self.guesses},
+        )
+
+
+class BrokenResetEnv(GuessEnv):
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        raise OSError("the env cannot reach its data")
