@@ -26,7 +26,7 @@ from typing import Any, Literal
 from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
 from agenthub.trainer._config import AlgorithmConfig, TrainConfig
-from agenthub.trainer._metrics import MetricsLog
+from agenthub.trainer._metrics import MetricsLog, read_metrics
 
 __all__ = ["RunDirectory", "StepReport", "Trainer", "triage"]
 
@@ -55,6 +55,14 @@ class RunDirectory:
     def write_config(self, config: TrainConfig) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.path / CONFIG, config.model_dump_json(indent=2) + "\n")
+
+    def rewind_metrics(self, step: int) -> None:
+        """Forget what was logged after the checkpoint at `step` (a run killed between
+        checkpoints logged steps it will take again when resumed)."""
+        path = self.path / "metrics.jsonl"
+        if path.exists():
+            kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+            _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
     def write_state(self, state: dict[str, Any], keep: int) -> None:
         """Record a complete checkpoint as the newest, then delete all but the `keep` newest."""
@@ -192,6 +200,8 @@ class Trainer:
                 f"{self.dir.path} already holds a training run; pass --resume to continue it, "
                 "or choose another --out"
             )
+        if state is not None:
+            self.dir.rewind_metrics(int(state["step"]))
         self.dir.write_config(self.config)
         return state
 

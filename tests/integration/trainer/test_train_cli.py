@@ -1,6 +1,7 @@
 """`agenthub train` end to end on the embedded default model: Ray actors, in-process vLLM
 rollout workers, the DeepSpeed learner on gloo, the Docker sandbox behind code_exec. One short
-run is interrupted with Ctrl-C and resumed; the run directory is checked at every stage."""
+run is interrupted with Ctrl-C and resumed, killed with SIGKILL and resumed again; the run
+directory is checked at every stage."""
 
 from __future__ import annotations
 
@@ -89,25 +90,47 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
 
-    # Resume: same run, continues from the checkpoint's step and task position to 2 more steps.
-    target = state["step"] + 2
-    resumed = subprocess.run(
+    # Resume, then kill -9 once a new checkpoint exists: nothing after it is kept.
+    resumed = subprocess.Popen(
+        _train(out, "--resume", "--steps", "1000"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+    )
+    try:
+        deadline = time.monotonic() + 600
+        killed_after = None
+        while time.monotonic() < deadline and resumed.poll() is None:
+            now = json.loads((out / "checkpoints" / "state.json").read_text())
+            if now["step"] >= state["step"] + 2:
+                killed_after = now
+                resumed.kill()
+                break
+            time.sleep(0.5)
+        output = resumed.communicate(timeout=60)[0]
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+    assert killed_after is not None, output[-4000:]
+    assert f"resumed from {state['tag']}" in output
+
+    target = killed_after["step"] + 2
+    again = subprocess.run(
         _train(out, "--resume", "--steps", str(target)),
         capture_output=True,
         text=True,
         timeout=600,
         env=_env(),
     )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert f"resumed from {state['tag']}" in resumed.stdout + resumed.stderr
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"resumed from {killed_after['tag']}" in again.stdout + again.stderr
     steps = [r["step"] for r in _records(out) if "train/reward" in r]
-    assert steps == list(range(1, target + 1))
+    assert steps == list(range(1, target + 1)), "steps after the last checkpoint were redone once"
     after = json.loads((out / "checkpoints" / "state.json").read_text())
     assert after["step"] == target
-    assert after["tasks_drawn"][0] > state["tasks_drawn"][0]
-    new = [r for r in _records(out) if r.get("step", 0) > state["step"] and "train/reward" in r]
-    assert min(r["staleness/mean"] for r in new) >= 0
-    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert after["tasks_drawn"][0] > killed_after["tasks_drawn"][0] > state["tasks_drawn"][0]
+    summary = json.loads(again.stdout.strip().splitlines()[-1])
     assert summary["steps"] == target and summary["stopped"] == f"reached max_steps={target}"
 
 

@@ -231,3 +231,13 @@ def test_learning_rate_defaults_to_the_models_size_class_unless_given() -> None:
     assert given.learner.lr == 2e-6
     resolved = json.loads(load_config([], ["env=math"]).model_dump_json())
     assert load_config([], ["model=/m"], base=resolved).learner.lr == 3e-4, "resume keeps it"
+
+
+def test_resuming_forgets_metrics_logged_after_the_checkpoint(tmp_path: Path) -> None:
+    run = RunDirectory(tmp_path)
+    lines = [{"step": s, "train/reward": 0.1} for s in range(1, 6)] + [
+        {"step": 4, "eval/reward": 1}
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    run.rewind_metrics(3)
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
