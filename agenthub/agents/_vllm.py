@@ -35,6 +35,44 @@ def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
     return folder
 
 
+# Runs in its own process: waits for the engine's owner to die, then kills what the owner
+# left behind. vLLM's engine core outlives an owner killed with SIGKILL (or by Ray when a
+# driver dies) and would go on holding memory and cores.
+_WATCHDOG = """
+import os, signal, sys, time
+owner, *children = map(int, sys.argv[1:])
+while True:
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(1.0)
+for pid in children:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
+def _watch_children() -> Any:
+    """Start a watchdog that kills this process's current children once this process is gone
+    (by any death, SIGKILL included). Returns the watchdog's `Popen`."""
+    import subprocess
+    import sys
+
+    import psutil  # type: ignore[import-untyped]
+
+    children = [str(c.pid) for c in psutil.Process().children(recursive=True)]
+    return subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), *children],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a Ctrl-C or a killed process group does not reach it
+    )
+
+
 def _cpu_only() -> bool:
     import torch
 
@@ -93,6 +131,7 @@ class VLLMEngine(InferenceEngine):
         args = AsyncEngineArgs(**{**options, **engine_kwargs})
         self.model = str(model)
         self._llm = AsyncLLM.from_engine_args(args)
+        self._watchdog = _watch_children()
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False
         self._gate = asyncio.Condition()
@@ -194,6 +233,8 @@ class VLLMEngine(InferenceEngine):
         if not self._closed:
             self._closed = True
             self._llm.shutdown()
+            self._watchdog.kill()  # the engine's processes are gone; nothing is left to reap
+            self._watchdog.wait()
             # Dropped now, while the interpreter is whole: AsyncLLM.__del__ shuts down again
             # and fails noisily if it only runs at interpreter exit.
             del self._llm

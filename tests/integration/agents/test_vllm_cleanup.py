@@ -1,0 +1,65 @@
+"""An owner of a vLLM engine killed with SIGKILL leaves no engine processes behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+OWNER = """
+import asyncio, os, sys
+from agenthub.agents import SamplingParams, VLLMEngine
+
+async def main():
+    engine = VLLMEngine(sys.argv[1], max_model_len=128)
+    await engine.generate([5, 6, 7], SamplingParams(max_tokens=2))
+    import psutil
+    print("CHILDREN", " ".join(str(c.pid) for c in psutil.Process().children(recursive=True)), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[1].startswith("Z"))
+
+
+def test_engine_processes_die_with_their_owner(tiny_model: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tiny_model)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline()
+        while line and not line.startswith("CHILDREN"):
+            line = owner.stdout.readline()
+        children = [int(pid) for pid in line.split()[1:]]
+        assert children, "vLLM runs its engine core in child processes"
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(p) for p in children):
+            time.sleep(0.5)
+        survivors = [p for p in children if _alive(p)]
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+    for pid in survivors:  # do not leave them running if the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"engine processes outlived their owner: {survivors}"
