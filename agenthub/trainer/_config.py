@@ -159,7 +159,7 @@ class TrainConfig(_Section):
     rollout: RolloutSettings = RolloutSettings()
     algorithm: AlgorithmConfig = AlgorithmConfig()
     learner: LearnerConfig = LearnerConfig()
-    """The learner; `learner.lr`, when not given, is 3e-4 for the embedded default model (3.5M
+    """The learner; `learner.lr`, when not given, is 2e-4 for the embedded default model (3.5M
     parameters) and 1e-6 for any other model."""
     eval: EvalConfig = EvalConfig()
     run: RunConfig = RunConfig()
@@ -175,7 +175,7 @@ class TrainConfig(_Section):
         return self
 
 
-DEFAULT_MODEL_LR = 3e-4
+DEFAULT_MODEL_LR = 2e-4
 """Learning rate for the embedded default model: small models take large steps."""
 MODEL_LR = 1e-6
 """Learning rate for any other model, when none is given: safe for billion-parameter models."""

@@ -37,7 +37,7 @@ def plot_rewards(records: list[dict[str, Any]], out: Path, title: str) -> None:
     if train:
         steps, rewards = zip(*train, strict=True)
         ax.plot(steps, rewards, color="tab:blue", alpha=0.3, lw=1, label="train (per step)")
-        window = max(1, len(rewards) // 20)
+        window = min(len(rewards), max(5, len(rewards) // 10))
         smooth = [
             sum(rewards[max(0, i - window + 1) : i + 1])
             / len(rewards[max(0, i - window + 1) : i + 1])

@@ -225,12 +225,12 @@ def test_reward_plot_is_drawn_from_metrics(tmp_path: Path) -> None:
 
 
 def test_learning_rate_defaults_to_the_models_size_class_unless_given() -> None:
-    assert load_config([], ["env=math"]).learner.lr == 3e-4
+    assert load_config([], ["env=math"]).learner.lr == 2e-4
     assert load_config([], ["env=math", "model=/models/qwen"]).learner.lr == 1e-6
     given = load_config([], ["env=math", "model=/models/qwen", "learner.lr=2e-6"])
     assert given.learner.lr == 2e-6
     resolved = json.loads(load_config([], ["env=math"]).model_dump_json())
-    assert load_config([], ["model=/m"], base=resolved).learner.lr == 3e-4, "resume keeps it"
+    assert load_config([], ["model=/m"], base=resolved).learner.lr == 2e-4, "resume keeps it"
 
 
 def test_resuming_forgets_metrics_logged_after_the_checkpoint(tmp_path: Path) -> None:
