@@ -21,7 +21,8 @@ async def main():
     engine = VLLMEngine(sys.argv[1], max_model_len=128)
     await engine.generate([5, 6, 7], SamplingParams(max_tokens=2))
     import psutil
-    print("CHILDREN", " ".join(str(c.pid) for c in psutil.Process().children(recursive=True)), flush=True)
+    children = psutil.Process().children(recursive=True)
+    print("CHILDREN", " ".join(str(c.pid) for c in children), flush=True)
     await asyncio.sleep(600)
 
 asyncio.run(main())

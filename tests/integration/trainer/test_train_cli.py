@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,43 +37,59 @@ def _train(out: Path, *args: str) -> list[str]:
 
 
 def _records(out: Path) -> list[dict]:  # type: ignore[type-arg]
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    from agenthub.trainer._metrics import read_metrics
+
+    return read_metrics(out / "metrics.jsonl")
+
+
+def _trained_steps(out: Path) -> list[int]:
+    if not (out / "metrics.jsonl").exists():
+        return []
+    return [r["step"] for r in _records(out) if "train/reward" in r]
+
+
+def _state(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((out / "checkpoints" / "state.json").read_text())
 
 
 def _env() -> dict[str, str]:
     return {**os.environ, "WANDB_SILENT": "true"}
 
 
+def _start(out: Path, log: Path, *args: str) -> subprocess.Popen[str]:
+    """A run in the background, its output in `log` (a pipe nobody reads would fill up)."""
+    with log.open("w") as sink:
+        return subprocess.Popen(
+            _train(out, *args), stdout=sink, stderr=subprocess.STDOUT, text=True, env=_env()
+        )
+
+
+def _wait_until(run: subprocess.Popen[str], log: Path, ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and run.poll() is None and not ready():
+        time.sleep(0.5)
+    assert run.poll() is None and ready(), log.read_text()[-4000:]
+
+
 @pytest.mark.timeout(1200)
 def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run = subprocess.Popen(
-        _train(out, "--env", "code_exec", "--steps", "1000", *SMALL),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_env(),
-    )
+    log = tmp_path / "first.log"
+    run = _start(out, log, "--env", "code_exec", "--steps", "1000", *SMALL)
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and run.poll() is None:
-            metrics = out / "metrics.jsonl"
-            if metrics.exists() and sum('"train/reward"' in line for line in metrics.open()) >= 3:
-                break
-            time.sleep(1)
-        assert run.poll() is None, run.communicate()[0][-4000:]
+        _wait_until(run, log, lambda: len(_trained_steps(out)) >= 3)
         run.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        output, _ = run.communicate(timeout=300)
+        run.wait(timeout=300)
     finally:
         if run.poll() is None:
             run.kill()
+    output = log.read_text()
     assert run.returncode == 130, output[-4000:]
     assert "resume with: agenthub train" in output
 
     config = json.loads((out / "config.json").read_text())
     assert config["env"] == "code_exec" and config["algorithm"]["batch_groups"] == 2
-    state = json.loads((out / "checkpoints" / "state.json").read_text())
+    state = _state(out)
     steps = [r["step"] for r in _records(out) if "train/reward" in r]
     assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 3
     assert state["step"] == steps[-1], "Ctrl-C saved a checkpoint at the last step"
@@ -91,28 +108,17 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
 
     # Resume, then kill -9 once a new checkpoint exists: nothing after it is kept.
-    resumed = subprocess.Popen(
-        _train(out, "--resume", "--steps", "1000"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_env(),
-    )
+    log = tmp_path / "resumed.log"
+    resumed = _start(out, log, "--resume", "--steps", "1000")
     try:
-        deadline = time.monotonic() + 600
-        killed_after = None
-        while time.monotonic() < deadline and resumed.poll() is None:
-            now = json.loads((out / "checkpoints" / "state.json").read_text())
-            if now["step"] >= state["step"] + 2:
-                killed_after = now
-                resumed.kill()
-                break
-            time.sleep(0.5)
-        output = resumed.communicate(timeout=60)[0]
+        _wait_until(resumed, log, lambda: _state(out)["step"] >= state["step"] + 2)
+        killed_after = _state(out)
+        resumed.kill()
+        resumed.wait(timeout=60)
     finally:
         if resumed.poll() is None:
             resumed.kill()
-    assert killed_after is not None, output[-4000:]
+    output = log.read_text()
     assert f"resumed from {state['tag']}" in output
 
     target = killed_after["step"] + 2
@@ -127,7 +133,7 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert f"resumed from {killed_after['tag']}" in again.stdout + again.stderr
     steps = [r["step"] for r in _records(out) if "train/reward" in r]
     assert steps == list(range(1, target + 1)), "steps after the last checkpoint were redone once"
-    after = json.loads((out / "checkpoints" / "state.json").read_text())
+    after = _state(out)
     assert after["step"] == target
     assert after["tasks_drawn"][0] > killed_after["tasks_drawn"][0] > state["tasks_drawn"][0]
     summary = json.loads(again.stdout.strip().splitlines()[-1])
