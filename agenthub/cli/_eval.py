@@ -40,6 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
     )
     parser.add_argument(
+        "--reward-func",
+        default=None,
+        metavar="FILE",
+        help="an OpenRLHF reward_func file (same as the env argument reward_func=FILE)",
+    )
+    parser.add_argument(
+        "--agent-func",
+        default=None,
+        metavar="FILE",
+        help="an OpenRLHF agent_func file (same as the env argument agent_func=FILE)",
+    )
+    parser.add_argument(
         "--model",
         default=None,
         metavar="PATH|default",
@@ -79,7 +91,7 @@ def eval_command(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/eval-{args.env}")
     identity = {
         "env": args.env,
-        "env_kwargs": parse_kwargs(args.env_kwargs),
+        "env_kwargs": _env_kwargs(args),
         "tasks": str(Path(args.tasks).resolve()) if args.tasks else None,
         "split": args.split,
         "k": args.k,
@@ -107,6 +119,16 @@ def eval_command(args: argparse.Namespace) -> int:
     print(json.dumps({k: summary[k] for k in ("episodes", "mean_reward", "pass_at_k", "errors")}))
     print(f"wrote {out / TRAJECTORIES} and {out / SUMMARY}")
     return 0
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs = parse_kwargs(args.env_kwargs)
+    for flag, key in ((args.reward_func, "reward_func"), (args.agent_func, "agent_func")):
+        if flag is not None:
+            if key in kwargs and kwargs[key] != flag:
+                raise AgentHubError(f"--{key.replace('_', '-')} and {key}= disagree; give one")
+            kwargs[key] = flag
+    return kwargs
 
 
 def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:

@@ -72,3 +72,20 @@ def test_eval_without_a_model_directory_fails_clearly(
          "--out", str(tmp_path / "out")]
     )  # fmt: skip
     assert code == 1 and "no config.json" in capsys.readouterr().err
+
+
+def test_reward_and_agent_files_can_be_given_as_flags(
+    tmp_path: Path, fixtures: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agenthub.cli._eval import _env_kwargs
+    from agenthub.cli._main import build_parser
+
+    args = build_parser().parse_args(
+        ["eval", "--env", "reward_func", "--reward-func", "r.py", "--agent-func", "a.py", "x=1"]
+    )
+    assert _env_kwargs(args) == {"x": 1, "reward_func": "r.py", "agent_func": "a.py"}
+    code = main(
+        ["eval", "--env", "reward_func", "--reward-func", "r.py", "reward_func=other.py",
+         "--out", str(tmp_path / "out")]
+    )  # fmt: skip
+    assert code == 1 and "--reward-func and reward_func= disagree" in capsys.readouterr().err
