@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,16 +56,19 @@ class LearnerConfig(BaseModel):
 def _init_single_process_distributed() -> None:
     import deepspeed
 
-    if not torch.distributed.is_initialized():
-        os.environ.setdefault("RANK", "0")
-        os.environ.setdefault("LOCAL_RANK", "0")
-        os.environ.setdefault("WORLD_SIZE", "1")
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     backend = "nccl" if torch.cuda.is_available() else "gloo"
+    launched = "MASTER_PORT" in os.environ or os.environ.get("WORLD_SIZE", "1") != "1"
+    if not torch.distributed.is_initialized() and not launched:
+        # One process needs no port picked in advance: the store listens on a port the kernel
+        # chooses at bind time. Picking a free port first and listening on it later lost the
+        # port to another process now and then on a busy machine (EADDRINUSE).
+        store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
+            "127.0.0.1", 0, world_size=1, is_master=True
+        )
+        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+            os.environ.setdefault(key, value)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
+        torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
     deepspeed.init_distributed(dist_backend=backend)
 
 
