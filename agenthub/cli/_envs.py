@@ -49,17 +49,19 @@ def list_command(args: argparse.Namespace) -> int:
     return 0 if all(ok for *_, ok in rows) else 1
 
 
+def parse_pair(pair: str) -> tuple[str, Any]:
+    """`KEY=VALUE`, the value as JSON when it parses (numbers, booleans, lists), else text."""
+    key, sep, raw = pair.partition("=")
+    if not sep or not key:
+        raise AgentHubError(f"argument {pair!r} must look like KEY=VALUE")
+    try:
+        return key.strip(), json.loads(raw)
+    except json.JSONDecodeError:
+        return key.strip(), raw
+
+
 def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise AgentHubError(f"argument {pair!r} must look like KEY=VALUE")
-        try:
-            kwargs[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            kwargs[key] = raw
-    return kwargs
+    return dict(parse_pair(pair) for pair in pairs)
 
 
 def check_command(args: argparse.Namespace) -> int:

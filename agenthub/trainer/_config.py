@@ -7,7 +7,6 @@ written to the run directory as `config.json` so a run can always be reproduced 
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -203,15 +202,15 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_override(item: str) -> tuple[str, Any]:
-    """`key=value`: the value as JSON when it parses (numbers, booleans, lists), else a string."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key:
-        raise ConfigError(f"override {item!r} is not KEY=VALUE (for example learner.lr=3e-4)")
+    """`key=value`, read as every agenthub command reads KEY=VALUE arguments."""
+    from agenthub.cli._envs import parse_pair
+
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key.strip(), value
+        return parse_pair(item)
+    except AgentHubError:
+        raise ConfigError(
+            f"override {item!r} is not KEY=VALUE (for example learner.lr=3e-4)"
+        ) from None
 
 
 def load_config(
