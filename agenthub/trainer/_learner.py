@@ -57,17 +57,19 @@ def _init_single_process_distributed() -> None:
     import deepspeed
 
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    launched = "MASTER_PORT" in os.environ or os.environ.get("WORLD_SIZE", "1") != "1"
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if not torch.distributed.is_initialized() and not launched:
         # One process needs no port picked in advance: the store listens on a port the kernel
         # chooses at bind time. Picking a free port first and listening on it later lost the
-        # port to another process now and then on a busy machine (EADDRINUSE).
+        # port to another process now and then on a busy machine (EADDRINUSE). The port is not
+        # written into the environment: child processes (a CLI run started by this one) would
+        # inherit it and try to listen on it too. DeepSpeed finds torch.distributed initialized
+        # and uses it as it is.
         store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1", 0, world_size=1, is_master=True
         )
         for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
             os.environ.setdefault(key, value)
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port))
         torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
     deepspeed.init_distributed(dist_backend=backend)
 

@@ -1,5 +1,6 @@
 """The DeepSpeed learner on CPU (gloo) with a tiny Qwen2 built locally."""
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,16 @@ def test_steps_raise_good_and_lower_bad_sequences(tiny_model: Path, zero_stage: 
     assert {"loss", "clip_fraction", "is_clipped", "is_masked", "grad_norm"} <= set(metrics)
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert learner.steps == 4
+
+
+def test_a_learner_in_this_process_leaves_no_port_for_children_to_inherit(
+    tiny_model: Path,
+) -> None:
+    # A port in the environment made every `agenthub train` started from a process that had
+    # built a Learner try to listen on the port that process still held (EADDRINUSE).
+    Learner(tiny_model, LearnerConfig(zero_stage=0))
+    assert torch.distributed.is_initialized()
+    assert "MASTER_PORT" not in os.environ and "MASTER_ADDR" not in os.environ
 
 
 def test_zero_stages_take_the_same_first_step(tiny_model: Path) -> None:
