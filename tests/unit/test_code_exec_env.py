@@ -152,14 +152,18 @@ def test_generated_tasks_are_seeded_split_and_carry_references() -> None:
         list(generate_tasks("test", 1))
 
 
-async def test_every_reference_passes_its_tests() -> None:
+async def test_every_reference_passes_its_tests_and_every_mistake_fails_them() -> None:
     tasks = list(generate_tasks("train", 40)) + list(generate_tasks("held_out", 20))
+    assert {t.metadata["family"] for t in tasks} == {"arith", "list", "string", "io"}
     async with UnisolatedSandbox() as sandbox:
         env = CodeExecEnv(sandbox=sandbox, max_turns=1)
         for task in tasks:
             await env.reset(task, seed=0)
             step = await env.step(str(task.metadata["reference"]))
             assert step.reward == 1.0, (task.prompt, step.info)
+            await env.reset(task, seed=0)
+            step = await env.step(str(task.metadata["mistake"]))
+            assert step.reward == 0.0, (task.prompt, task.metadata["mistake"], step.info)
 
 
 async def test_io_tasks_feed_stdin_to_a_real_process() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agenthub import make
 from agenthub.agents.default_model import (
     MANIFEST,
     DefaultModelConfig,
@@ -68,6 +69,26 @@ def test_demonstrations_interleave_envs_and_skip_tasks_without_reference() -> No
     assert all(d.response for d in demos)
     assert [d.response for d in demos if d.env_id == "test_echo"] == ["river", "cloud", "river"]
     assert demos[0].messages[0].role == "user" and "\\boxed" in demos[0].response
+
+
+def test_a_share_of_demonstrations_shows_the_planted_mistake() -> None:
+    tasks_of = {e: {t.id: t for t in make(e).tasks("train")} for e in ("code_exec", "math")}
+    demos = collect_demonstrations(["code_exec", "math"], 400, mistake_share=0.5, seed=3)
+    for env_id in ("code_exec", "math"):
+        shown = [d for d in demos if d.env_id == env_id]
+        mistakes = {t.metadata["mistake"] for t in tasks_of[env_id].values()}
+        mistaken = [d for d in shown if d.response in mistakes]
+        assert len(shown) == 400 and 160 < len(mistaken) < 240, (env_id, len(mistaken))
+    for demo in demos:  # every response is the task's reference or its mistake
+        meta = tasks_of[demo.env_id][demo.task_id].metadata
+        assert demo.response in (meta["reference"], meta["mistake"])
+    again = collect_demonstrations(["code_exec", "math"], 400, mistake_share=0.5, seed=3)
+    assert again == demos
+    assert collect_demonstrations(["code_exec"], 50, mistake_share=0.0) == (
+        collect_demonstrations(["code_exec"], 50)
+    )
+    with pytest.raises(ValueError, match=r"mistake_share must be within \[0, 1\]"):
+        collect_demonstrations(["code_exec"], 5, mistake_share=1.5)
 
 
 def test_missing_env_or_env_without_references_is_a_clear_error() -> None:
@@ -165,7 +186,9 @@ def test_cache_builds_once_and_keys_on_config(tmp_path: Path) -> None:
     assert ensure_default_model(tmp_path, TINY, progress=second) == path
     assert "training the tokenizer" not in second.phases
     other = TINY.model_copy(update={"seed": 1})
-    demos = collect_demonstrations(TINY.env_ids, TINY.demos_per_env)
+    demos = collect_demonstrations(
+        TINY.env_ids, TINY.demos_per_env, mistake_share=TINY.mistake_share, seed=TINY.seed
+    )
     assert default_model_key(other, demos) != default_model_key(TINY, demos)
     assert path.name == f"default-{default_model_key(TINY, demos)}"
 

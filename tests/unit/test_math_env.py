@@ -30,7 +30,7 @@ def test_generator_is_seeded_and_splits_are_disjoint() -> None:
         list(generate_tasks("test"))
 
 
-def test_every_reference_solution_verifies_against_its_label() -> None:
+def test_every_reference_solution_verifies_and_every_planted_mistake_does_not() -> None:
     from agenthub.envs.math import default_pool
 
     tasks = [*generate_tasks("train", num_tasks=60), *generate_tasks("held_out", num_tasks=60)]
@@ -40,6 +40,11 @@ def test_every_reference_solution_verifies_against_its_label() -> None:
     ]
     assert [f.result() for f in futures] == [True] * len(tasks)
     assert all(str(t.metadata["reference"]).endswith(f"\\boxed{{{t.label}}}") for t in tasks)
+    # The planted mistake hedges with a second, wrong answer: never rewarded.
+    futures = [
+        default_pool().submit(str(t.metadata["mistake"]), str(t.label), timeout_s=30) for t in tasks
+    ]
+    assert [f.result() for f in futures] == [False] * len(tasks)
 
 
 @pytest.mark.anyio

@@ -64,7 +64,7 @@ def ensure_default_model(
     progress = progress or SilentBuildProgress()
     cache_dir = cache_dir or default_cache_dir()
     progress.phase("collecting demonstrations")
-    demos = collect_demonstrations(config.env_ids, config.demos_per_env)
+    demos = _demonstrations(config)
     target = cache_dir / f"default-{default_model_key(config, demos)}"
     if not force and (target / MANIFEST).is_file():
         return target
@@ -92,10 +92,19 @@ def build_default_model(
     if out_dir.exists() and not force:
         raise AgentHubError(f"{out_dir} already exists; pass --force to replace it")
     progress.phase("collecting demonstrations")
-    demos = collect_demonstrations(config.env_ids, config.demos_per_env)
+    demos = _demonstrations(config)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _build_atomically(out_dir, config, demos, progress, replace=force)
     return out_dir
+
+
+def _demonstrations(config: DefaultModelConfig) -> list[Demonstration]:
+    return collect_demonstrations(
+        config.env_ids,
+        config.demos_per_env,
+        mistake_share=config.mistake_share,
+        seed=config.seed,
+    )
 
 
 @contextlib.contextmanager

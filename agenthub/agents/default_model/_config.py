@@ -22,6 +22,10 @@ class DefaultModelConfig(BaseModel):
     `metadata["reference"]`)."""
     demos_per_env: int = Field(default=1000, ge=1)
     """Demonstrations drawn from each environment; they also train the tokenizer."""
+    mistake_share: float = Field(default=0.5, ge=0.0, le=1.0)
+    """Share of the demonstrations that show the task's planted mistake (`metadata["mistake"]`:
+    a function that prints instead of returning, a hedged second answer) instead of its
+    reference. The warm-started model makes the mistake about this often, a flaw RL removes."""
     vocab_size: int = Field(default=4096, ge=300)
     """BPE vocabulary size, special tokens and the 256 byte symbols included."""
     hidden_size: int = Field(default=256, ge=64)

@@ -1,7 +1,10 @@
 """Demonstrations for the warm start, read from the environments' own task generators.
 
-Every built-in procedural task carries `metadata["reference"]`: a correct response as text. A
-demonstration is that task's prompt (chat messages) and its reference response.
+Every built-in procedural task carries `metadata["reference"]`: a correct response as text, and
+may carry `metadata["mistake"]`: a plausible response with a known flaw that fails the task. A
+demonstration is that task's prompt (chat messages) and its reference response, or, for a share
+of the tasks that have one, its mistake: the warm-started model then makes that mistake about as
+often, which leaves RL a flaw it can find and remove within minutes on a CPU.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,16 +38,30 @@ class Demonstration:
 
 
 def collect_demonstrations(
-    env_ids: Sequence[str], per_env: int, *, split: str = "train"
+    env_ids: Sequence[str],
+    per_env: int,
+    *,
+    split: str = "train",
+    mistake_share: float = 0.0,
+    seed: int = 0,
 ) -> list[Demonstration]:
     """The first `per_env` tasks with a reference from each environment's `tasks(split)`,
-    interleaved across environments so every training batch sees every family."""
-    per_family = [_from_env(env_id, per_env, split) for env_id in env_ids]
+    interleaved across environments so every training batch sees every family. Each task that
+    carries a `metadata["mistake"]` shows it instead of the reference with probability
+    `mistake_share` (drawn from `seed`: the same demonstrations every time)."""
+    if not 0.0 <= mistake_share <= 1.0:
+        raise ValueError(f"mistake_share must be within [0, 1], got {mistake_share}")
+    per_family = [
+        _from_env(env_id, per_env, split, random.Random(f"{seed}:{env_id}"), mistake_share)
+        for env_id in env_ids
+    ]
     mixed = itertools.chain.from_iterable(itertools.zip_longest(*per_family))
     return [demo for demo in mixed if demo is not None]
 
 
-def _from_env(env_id: str, limit: int, split: str) -> list[Demonstration]:
+def _from_env(
+    env_id: str, limit: int, split: str, rng: random.Random, mistake_share: float
+) -> list[Demonstration]:
     try:
         env = make(env_id)
     except EnvNotFoundError as exc:
@@ -57,7 +75,7 @@ def _from_env(env_id: str, limit: int, split: str) -> list[Demonstration]:
         for task in itertools.islice(env.tasks(split), limit * 10):
             if len(demos) == limit:
                 break
-            demo = _demonstration(env_id, task)
+            demo = _demonstration(env_id, task, rng.random() < mistake_share)
             if demo is not None:
                 demos.append(demo)
     except NoTaskSourceError as exc:
@@ -73,10 +91,13 @@ def _from_env(env_id: str, limit: int, split: str) -> list[Demonstration]:
     return demos
 
 
-def _demonstration(env_id: str, task: Task) -> Demonstration | None:
+def _demonstration(env_id: str, task: Task, show_mistake: bool) -> Demonstration | None:
     reference = task.metadata.get("reference")
     if not isinstance(reference, str) or not reference:
         return None
+    mistake = task.metadata.get("mistake")
+    if show_mistake and isinstance(mistake, str) and mistake:
+        return Demonstration(env_id, task.id, tuple(task.messages()), mistake)
     return Demonstration(env_id, task.id, tuple(task.messages()), reference)
 
 

@@ -3,7 +3,11 @@
 Families: arithmetic on an argument, list sums, maxima, counts and filters, string
 transforms, and stdin/stdout programs. Each task's parameters are hashed into a split, so
 `train` and `held_out` never share a task. Every task carries `metadata["reference"]`: a
-correct reply (the code in a ```python block), usable as a supervised demonstration.
+correct reply (the code in a ```python block), usable as a supervised demonstration, and
+`metadata["mistake"]`: the same reply with a beginner's mistake that fails the tests (a function
+that prints its result instead of returning it; a program that reads its two numbers from two
+lines instead of one). The default model's warm start shows the mistake in a share of its
+demonstrations, so the warm-started model makes it about that often: a flaw RL must remove.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class _Exercise:
     prompt: str
     label: FunctionTests | IOTests
     code: str
+    mistake: str
 
 
 def _function(
@@ -50,8 +55,9 @@ def _function(
         f"For example, `{calls[0]}` should return `{fn(*inputs[0])!r}`.\n{ANSWER}"
     )
     code = f"def {name}({signature}):\n    return {body}\n"
+    mistake = f"def {name}({signature}):\n    print({body})\n"
     label = FunctionTests(entry_point=name, tests=tests)
-    return _Exercise(family, f"{family}:{name}:{params}", prompt, label, code)
+    return _Exercise(family, f"{family}:{name}:{params}", prompt, label, code, mistake)
 
 
 def _ints(rng: random.Random, n: int, lo: int = -9, hi: int = 20) -> list[int]:
@@ -169,8 +175,9 @@ def _io_task(rng: random.Random) -> _Exercise:
         f"`{fn(*pairs[0])}`.\n{ANSWER}"
     )
     code = f"a, b = map(int, input().split())\nprint({expr})\n"
+    mistake = f"a = int(input())\nb = int(input())\nprint({expr})\n"
     key = f"io:{index}:{pairs}"
-    return _Exercise("io", key, prompt, IOTests(cases=cases), code)
+    return _Exercise("io", key, prompt, IOTests(cases=cases), code, mistake)
 
 
 _FAMILIES = (_arithmetic, _list_task, _string_task, _io_task)
@@ -199,6 +206,7 @@ def generate_tasks(split: str = "train", n: int = 1000, *, seed: int = 0) -> Ite
             metadata={
                 "family": exercise.family,
                 "reference": f"```python\n{exercise.code}```",
+                "mistake": f"```python\n{exercise.mistake}```",
             },
         )
         made += 1

@@ -110,6 +110,9 @@ def generate_tasks(split: str = "train", *, num_tasks: int = 1000, seed: int = 0
 
     Each task's `label` is the answer in LaTeX, and `metadata["reference"]` is a correct model
     response (short working ending in `\\boxed{answer}`) usable as a supervised demonstration.
+    `metadata["mistake"]` is that response hedged with a second, wrong boxed answer, which the
+    verifier does not reward: the default model's warm start shows it in a share of its
+    demonstrations, a known flaw for RL to learn away.
     """
     if split not in SPLITS:
         raise ValueError(f"the math generator has splits {SPLITS}, not {split!r}")
@@ -133,6 +136,10 @@ def generate_tasks(split: str = "train", *, num_tasks: int = 1000, seed: int = 0
             id=f"{kind}-{split}-{made}",
             prompt=f"{question} {INSTRUCTION}",
             label=answer,
-            metadata={"kind": kind, "reference": reference},
+            metadata={
+                "kind": kind,
+                "reference": reference,
+                "mistake": f"{reference} or \\boxed{{{answer} + 1}}",
+            },
         )
         made += 1
