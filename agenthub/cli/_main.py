@@ -9,24 +9,6 @@ from agenthub.cli._model import add_model_parser
 
 Handler = Callable[[argparse.Namespace], int]
 
-# Commands whose implementation arrives with a later part of agenthub. They exist now so the
-# command tree is stable, and say plainly that they do nothing yet.
-_PLANNED = {
-    "bench": "run the benchmarks under benchmarks/",
-}
-
-
-def _planned(name: str) -> Handler:
-    def run(args: argparse.Namespace) -> int:
-        print(
-            f"agenthub {name}: not available in agenthub {_version()} yet; nothing was run.\n"
-            "It is planned; see the README's 'Status' section for what works today.",
-            file=sys.stderr,
-        )
-        return 2
-
-    return run
-
 
 def _version() -> str:
     from agenthub import __version__
@@ -104,9 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     repl_arguments(repl)
     repl.set_defaults(handler=_lazy("agenthub.cli._repl", "repl_command"))
 
-    for name, summary in _PLANNED.items():
-        planned = commands.add_parser(name, help=f"{summary} (planned)")
-        planned.set_defaults(handler=_planned(name), accepts_anything=True)
+    from agenthub.cli._bench import add_arguments as bench_arguments
+
+    bench = commands.add_parser(
+        "bench",
+        help="list or run the performance scripts under benchmarks/ (each prints its ratio last)",
+    )
+    bench_arguments(bench)
+    bench.set_defaults(handler=_lazy("agenthub.cli._bench", "bench_command"))
     return parser
 
 
@@ -128,9 +115,7 @@ def _lazy(module: str, attr: str) -> Handler:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown and not getattr(args, "accepts_anything", False):
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from agenthub.cli import main
-from agenthub.cli._main import _PLANNED
 from agenthub.cli._scaffold import scaffold
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def agenthub(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,12 +36,36 @@ def test_envs_list_shows_builtins_with_package_and_description(
     assert "reward_func" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("command", sorted(_PLANNED))
-def test_planned_commands_fail_clearly_instead_of_pretending(
-    command: str, capsys: pytest.CaptureFixture[str]
+def test_bench_lists_the_benchmark_scripts_with_their_summaries(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main([command, "--env", "code_exec"]) == 2
-    assert "not available" in capsys.readouterr().err
+    assert main(["bench", "--dir", str(REPO / "benchmarks")]) == 0
+    out = capsys.readouterr().out
+    for script in (REPO / "benchmarks").glob("*.py"):
+        assert script.stem in out
+    assert "Trajectories per second through the Ray queue" in out
+
+
+def test_bench_runs_a_script_with_its_arguments_and_exit_code(tmp_path: Path) -> None:
+    (tmp_path / "echo_ratio.py").write_text(
+        '"""Prints its arguments, then a ratio."""\n'
+        "import sys\n"
+        "print(' '.join(sys.argv[1:]))\n"
+        "print('ratio: 1.50')\n"
+        "sys.exit(3)\n"
+    )
+    result = agenthub("bench", "--dir", str(tmp_path), "echo_ratio", "--items", "10")
+    assert result.returncode == 3, result.stderr
+    assert result.stdout.splitlines() == ["--items 10", "ratio: 1.50"]
+
+
+def test_bench_unknown_name_or_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "queue.py").write_text('"""A benchmark."""\n')
+    result = agenthub("bench", "--dir", str(tmp_path), "nope")
+    assert result.returncode == 1
+    assert "no benchmark named 'nope'" in result.stderr and "queue" in result.stderr
+    missing = agenthub("bench", "--dir", str(tmp_path / "absent"))
+    assert missing.returncode == 1 and "no such folder" in missing.stderr
 
 
 def test_envs_check_passes_and_fails_with_exit_codes(
