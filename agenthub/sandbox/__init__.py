@@ -9,7 +9,7 @@ sandbox in unit tests.
 from agenthub.sandbox._auto import BACKENDS, open_sandbox, resolve_backend
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._docker import IMAGE, DockerSandbox, default_pool_size, remove_leftovers
-from agenthub.sandbox._fake import FakeSandbox, SandboxRequest, run_in_process
+from agenthub.sandbox._fake import FakeSandbox, SandboxRequest, run_in_subprocess
 from agenthub.sandbox._image import build_image, image_exists
 from agenthub.sandbox._process import BwrapSandbox, UnisolatedSandbox
 from agenthub.sandbox._shared import SharedSandbox
@@ -42,5 +42,5 @@ __all__ = [
     "open_sandbox",
     "remove_leftovers",
     "resolve_backend",
-    "run_in_process",
+    "run_in_subprocess",
 ]

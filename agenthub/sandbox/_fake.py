@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
+import subprocess
 import sys
+import tempfile
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._common import as_bytes, request_files
 from agenthub.sandbox._types import ExecResult, ExecStatus, Limits, SandboxError
 
-__all__ = ["FakeSandbox", "SandboxRequest", "run_in_process"]
+__all__ = ["FakeSandbox", "SandboxRequest", "run_in_subprocess"]
 
 
 @dataclass(frozen=True)
@@ -27,43 +27,50 @@ class SandboxRequest:
     limits: Limits
 
 
-def run_in_process(request: SandboxRequest) -> ExecResult:
-    """Execute trusted code in this process with redirected standard streams: no isolation,
-    no limits, no subprocesses. Good enough for unit tests of harnesses and feedback."""
-    out, err = io.StringIO(), io.StringIO()
-    stdin = io.TextIOWrapper(io.BytesIO(request.stdin), encoding="utf-8")
+def run_in_subprocess(request: SandboxRequest) -> ExecResult:
+    """Run trusted code as `python main.py` in a temporary directory holding the request's
+    files: no isolation and no limits but the timeout. Good enough for unit tests of
+    harnesses and feedback."""
     start = time.perf_counter()
-    saved_stdin, sys.stdin = sys.stdin, stdin
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                exec(compile(request.code, "/box/main.py", "exec"), {"__name__": "__main__"})
-                exit_code = 0
-            except SystemExit as stop:
-                exit_code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-            except Exception:
-                traceback.print_exc()
-                exit_code = 1
-    finally:
-        sys.stdin = saved_stdin
+    with tempfile.TemporaryDirectory(prefix="agenthub-fake-") as work:
+        for name, data in request.files.items():
+            (Path(work) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(work) / name).write_bytes(data)
+        (Path(work) / "main.py").write_text(request.code, encoding="utf-8")
+        try:
+            done = subprocess.run(
+                [sys.executable, "main.py"],
+                input=request.stdin,
+                capture_output=True,
+                cwd=work,
+                timeout=request.limits.timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            return ExecResult(
+                status=ExecStatus.TIMEOUT,
+                stdout=(exc.stdout or b"").decode("utf-8", "replace"),
+                stderr=(exc.stderr or b"").decode("utf-8", "replace"),
+                duration_s=time.perf_counter() - start,
+            )
     return ExecResult(
-        status=ExecStatus.OK if exit_code == 0 else ExecStatus.RUNTIME_ERROR,
-        exit_code=exit_code,
-        stdout=out.getvalue(),
-        stderr=err.getvalue(),
+        status=ExecStatus.OK if done.returncode == 0 else ExecStatus.RUNTIME_ERROR,
+        exit_code=done.returncode,
+        stdout=done.stdout.decode("utf-8", "replace"),
+        stderr=done.stderr.decode("utf-8", "replace"),
         duration_s=time.perf_counter() - start,
     )
 
 
 class FakeSandbox(Sandbox):
-    """Answers each `run` with `respond(request)` (by default `run_in_process`) and records
+    """Answers each `run` with `respond(request)` (by default `run_in_subprocess`) and records
     the requests, so tests can script sandbox failures and check what was sent."""
 
     name = "fake"
 
     def __init__(
         self,
-        respond: Callable[[SandboxRequest], ExecResult] = run_in_process,
+        respond: Callable[[SandboxRequest], ExecResult] = run_in_subprocess,
         *,
         limits: Limits | None = None,
     ) -> None:

@@ -36,6 +36,26 @@ async def test_references_pass_and_mistakes_get_feedback(backend: str, fixtures:
             await env.aclose()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+async def test_the_tested_code_cannot_look_into_the_harness_process(backend: str) -> None:
+    # The harness holds the nonce and the expected values; it is undumpable, so the code it
+    # runs (same user) cannot read its memory, environment or descriptors under /proc.
+    task = generate_tasks("held_out", 1).__next__()
+    entry = task.label["entry_point"] if task.label.get("kind") == "function" else None
+    probe = "import os\nos.listdir(f'/proc/{os.getppid()}/fd')\n"
+    env = agenthub.make("code_exec", backend=backend, max_turns=2)
+    try:
+        await env.reset(task, seed=0)
+        reference = str(task.metadata["reference"]).replace("```python\n", "```python\n" + probe)
+        step = await env.step(reference)
+    finally:
+        await env.aclose()
+    assert entry is not None, "the first held-out task tests a function"
+    assert step.reward == 0.0 and not step.done
+    assert "PermissionError" in step.observation[0].content
+
+
 def test_sandbox_run_command(tmp_path: Path) -> None:
     program = tmp_path / "echo.py"
     program.write_text("import sys\nprint(sys.stdin.read().strip()[::-1])\n")

@@ -116,6 +116,84 @@ async def test_printing_fake_results_does_not_pass_tests() -> None:
     assert step.reward == pytest.approx(1 / 3)
 
 
+FORGERIES = {
+    "patches the harness": (
+        "import __main__, sys\n"
+        "for m in list(sys.modules.values()):\n"
+        "    if hasattr(m, 'check'): m.check = lambda *a: None\n"
+        "    if hasattr(m, 'judge'): m.judge = lambda *a: None\n"
+        "def add(a, b): return 0"
+    ),
+    "walks the stack for the reporter": (
+        "import sys, json\n"
+        "f = sys._getframe()\n"
+        "while f:\n"
+        "    for v in list(f.f_locals.values()) + list(f.f_globals.values()):\n"
+        "        if callable(v) and getattr(v, '__name__', '') in ('report', 'send'):\n"
+        "            for i in range(3): v(test=i, passed=True, error=None, value=-1)\n"
+        "    f = f.f_back\n"
+        "def add(a, b): return 0"
+    ),
+    "returns an object equal to everything": (
+        "class Any:\n    def __eq__(self, other): return True\ndef add(a, b): return Any()"
+    ),
+    "returns an int that equals everything": (
+        "class Int(int):\n"
+        "    def __eq__(self, other): return True\n"
+        "    __hash__ = int.__hash__\n"
+        "def add(a, b): return Int(0)"
+    ),
+    "reads the expected values from the harness files": (
+        "import glob, re\n"
+        "text = ''.join(open(p, errors='replace').read() for p in glob.glob('*'))\n"
+        "pairs = re.findall(r'add\\((\\d+), (\\d+)\\) == (\\d+)', text)\n"
+        "table = {(int(a), int(b)): int(c) for a, b, c in pairs}\n"
+        "def add(a, b): return table.get((a, b), 0)"
+    ),
+    "writes passing lines to every open descriptor": (
+        "import os, json\n"
+        "line = (json.dumps({'test': 0, 'passed': True}) + '\\n').encode()\n"
+        "for fd in range(1, 10):\n"
+        "    try: os.write(fd, line.replace(b'0', str(fd % 3).encode(), 1))\n"
+        "    except OSError: pass\n"
+        "def add(a, b): return 0"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", sorted(FORGERIES))
+async def test_code_that_tries_to_forge_its_results_passes_nothing(how: str) -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=1)
+    await env.reset(ADD, seed=0)
+    step = await env.step(fenced(FORGERIES[how]))
+    # add(0, 0) == 0 is the one test that `return 0` passes honestly.
+    assert step.reward <= 1 / 3 + 1e-9, (how, step.info)
+
+
+async def test_tests_that_are_not_literal_comparisons_still_run() -> None:
+    task = Task(
+        id="close",
+        prompt="Write half(x).",
+        label=FunctionTests(
+            entry_point="half",
+            tests=(
+                "assert abs(half(3) - 1.5) < 1e-9",
+                "assert half(4) == half(2) * 2",
+                "assert half(2)",
+                "assert half(1) == 0.5",
+                "assert half(8) == (4.0)",
+            ),
+        ).model_dump(mode="json"),
+    )
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=2)
+    await env.reset(task, seed=0)
+    wrong = await env.step(fenced("def half(x):\n    return x // 2"))
+    assert wrong.info["passed"] == 3, wrong.info  # abs(1 - 1.5) and half(1) == 0 fail
+    assert "Test 1 of 5 failed: assert abs(half(3) - 1.5) < 1e-9" in wrong.observation[0].content
+    right = await env.step(fenced("def half(x):\n    return x / 2"))
+    assert right.reward == 1.0 and right.terminated
+
+
 async def test_a_sandbox_failure_is_a_typed_outcome_not_an_exception() -> None:
     gone = ExecResult(ExecStatus.SANDBOX_ERROR, detail="the Docker engine does not answer")
     env = CodeExecEnv(sandbox=FakeSandbox(lambda request: gone), max_turns=2)

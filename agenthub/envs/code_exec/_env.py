@@ -9,7 +9,6 @@ from agenthub.envs.code_exec._extract import extract_code
 from agenthub.envs.code_exec._formats import read_code_tasks
 from agenthub.envs.code_exec._generator import generate_tasks
 from agenthub.envs.code_exec._harness import (
-    SOLUTION,
     FunctionTests,
     IOTests,
     TestReport,
@@ -126,7 +125,7 @@ class CodeExecEnv(Env[list[Message]]):
         result = await self.sandbox.run(
             program.main,
             stdin=program.stdin,
-            files={SOLUTION: program.solution},
+            files=program.files,
             limits=Limits(timeout_s=budget, memory_mb=self.limits.memory_mb),
         )
         return read_report(spec, program, result)

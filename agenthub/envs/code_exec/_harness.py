@@ -1,18 +1,23 @@
 """Test specs, the programs that run them inside the sandbox, and reading their reports.
 
-Two formats: assert-style tests of a named function (MBPP/HumanEval), run in one process with
-a per-test alarm; and stdin/stdout cases, each a real `python3 solution.py` subprocess fed the
-case's input. The model's code is `solution.py`; the harness reports one JSON line per test,
-prefixed with a per-run nonce that the harness reads from stdin before the code runs, so
-ordinary prints cannot pass for results.
+Two formats: assert-style tests of a named function (MBPP/HumanEval), and stdin/stdout cases,
+each a real `python3 solution.py` subprocess fed the case's input. The programs that run
+inside the sandbox are the `_in_sandbox_*` modules beside this one, sent as text. The model's
+code never runs in the process that reports: the harness reads a per-run nonce and its
+configuration (expected values included) from stdin, reports one nonce-prefixed JSON line per
+test, and compares `assert CALL == LITERAL` tests itself with values the code's process sends
+back as plain data. Forged report lines, a patched harness or an object that equals everything
+pass nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
 from dataclasses import dataclass
+from importlib import resources
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -80,31 +85,47 @@ def describe(spec: FunctionTests | IOTests, index: int) -> str:
 
 @dataclass(frozen=True)
 class Program:
+    """A harness run: `main` is `main.py`, `files` go beside it, `stdin` carries the nonce and
+    the configuration (expected values included), which are never written to a file."""
+
     main: str
-    solution: str
+    files: dict[str, str]
     stdin: str
     nonce: str
 
 
+def _source(module: str) -> str:
+    return _HERE.joinpath(f"_in_sandbox_{module}.py").read_text(encoding="utf-8")
+
+
+_HERE = resources.files("agenthub.envs.code_exec")
+
+
+@functools.cache
+def _harness(kind: str) -> tuple[str, dict[str, str]]:
+    support = {"harness_common.py": _source("common")}
+    if kind == "function":
+        return _source("function"), {**support, "runner.py": _source("runner")}
+    return _source("io"), support
+
+
 def build_program(spec: FunctionTests | IOTests, code: str, test_timeout_s: float) -> Program:
     nonce = secrets.token_hex(16)
+    config: dict[str, Any] = {"per_test_s": test_timeout_s}
     if isinstance(spec, FunctionTests):
         if spec.prefix and not _defines(code, spec.entry_point):
             code = spec.prefix + code
-        config: dict[str, Any] = {
+        config |= {
             "tests": spec.tests,
             "setup": spec.setup,
             "entry": spec.entry_point,
             "solution": code,
         }
-        template = _FUNCTION_HARNESS
     else:
-        config = {"cases": [c.model_dump() for c in spec.cases]}
-        template = _IO_HARNESS
-    main = template.replace("__CONFIG__", repr(json.dumps(config))).replace(
-        "PER_TEST_S", repr(test_timeout_s)
-    )
-    return Program(main=main, solution=code, stdin=nonce + "\n", nonce=nonce)
+        config["cases"] = [c.model_dump() for c in spec.cases]
+    main, support = _harness(spec.kind)
+    stdin = f"{nonce}\n{json.dumps(config)}\n"
+    return Program(main=main, files={**support, SOLUTION: code}, stdin=stdin, nonce=nonce)
 
 
 def _defines(code: str, name: str) -> bool:
@@ -187,141 +208,3 @@ def _why(result: ExecResult) -> str:
         return "the program printed too much"
     tail = "\n".join(result.stderr.strip().splitlines()[-3:])
     return f"the program ended with {result.status}" + (f":\n{tail}" if tail else "")
-
-
-_COMMON = r"""
-import json, signal, sys, traceback
-
-CONFIG = json.loads(__CONFIG__)
-
-
-def reporter(nonce, out):
-    # The nonce lives only in this closure, not in a global the tested code could read.
-    def report(**record):
-        out.write(nonce + json.dumps(record) + "\n")
-        out.flush()
-
-    return report
-
-
-def tail(exc, limit=3):
-    lines = traceback.format_exception_only(type(exc), exc)
-    text = "".join(lines).strip().splitlines()
-    return "\n".join(text[-limit:])[:500]
-"""
-
-_FUNCTION_HARNESS = (
-    _COMMON
-    + r"""
-import ast, io
-
-
-class Quiet(io.TextIOBase):
-    # The tested code's own prints: kept out of the report.
-    def write(self, s):
-        return len(s)
-
-
-class TestTimeout(BaseException):
-    pass
-
-
-def alarm(*_):
-    raise TestTimeout()
-
-
-def check(test, ns):
-    tree = ast.parse(test)
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if (
-        isinstance(node, ast.Assert)
-        and isinstance(node.test, ast.Compare)
-        and len(node.test.ops) == 1
-        and isinstance(node.test.ops[0], ast.Eq)
-    ):
-        left = eval(compile(ast.Expression(node.test.left), "<test>", "eval"), ns)
-        right = eval(compile(ast.Expression(node.test.comparators[0]), "<test>", "eval"), ns)
-        if left == right:
-            return None
-        call = ast.unparse(node.test.left)
-        return f"{call} returned {repr(left)[:200]}, expected {repr(right)[:200]}"
-    try:
-        exec(compile(tree, "<test>", "exec"), ns)
-    except AssertionError as exc:
-        return "AssertionError" + (f": {exc}" if str(exc) else "")
-    return None
-
-
-def run(report):
-    signal.signal(signal.SIGALRM, alarm)
-    ns = {"__name__": "solution"}
-    try:
-        signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
-        exec(compile(CONFIG["solution"], "solution.py", "exec"), ns)
-        exec(CONFIG["setup"], ns)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    except TestTimeout:
-        return report(load_error=f"defining your code took more than {PER_TEST_S} s")
-    except BaseException as exc:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        return report(load_error=tail(exc))
-    if CONFIG["entry"] not in ns:
-        return report(load_error=f"NameError: your code does not define {CONFIG['entry']!r}")
-    for i, test in enumerate(CONFIG["tests"]):
-        try:
-            signal.setitimer(signal.ITIMER_REAL, PER_TEST_S)
-            error = check(test, ns)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        except TestTimeout:
-            error = f"timed out after {PER_TEST_S} s"
-        except BaseException as exc:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            error = tail(exc)
-        report(test=i, passed=error is None, error=error)
-
-
-_stdout = sys.stdout
-sys.stdout = Quiet()
-try:
-    run(reporter(sys.stdin.readline().strip(), _stdout))
-finally:
-    sys.stdout = _stdout
-"""
-)
-
-_IO_HARNESS = (
-    _COMMON
-    + r"""
-import subprocess
-
-
-def norm(text):
-    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
-
-
-def run(report):
-    for i, case in enumerate(CONFIG["cases"]):
-        try:
-            done = subprocess.run(
-                [sys.executable, "solution.py"],
-                input=case["stdin"].encode(),
-                capture_output=True,
-                timeout=PER_TEST_S,
-            )
-        except subprocess.TimeoutExpired:
-            report(test=i, passed=False, error=f"timed out after {PER_TEST_S} s")
-            continue
-        printed = done.stdout.decode("utf-8", "replace")
-        if done.returncode != 0:
-            lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            report(test=i, passed=False, error="\n".join(lines[-3:])[:500])
-        elif norm(printed) != norm(case["stdout"]):
-            error = f"printed {printed[:200]!r}, expected {case['stdout'][:200]!r}"
-            report(test=i, passed=False, error=error)
-        else:
-            report(test=i, passed=True, error=None)
-
-
-run(reporter(sys.stdin.readline().strip(), sys.stdout))
-"""
-)
