@@ -5,6 +5,7 @@ Importing this package imports torch; the core and the environments never do.
 
 from agenthub.trainer._advantages import ESTIMATORS, advantages, filter_groups, gae
 from agenthub.trainer._batch import TrainBatch, token_logprobs
+from agenthub.trainer._critic import CriticConfig
 from agenthub.trainer._importance import IMPORTANCE_MODES, ImportanceWeights, importance_weights
 from agenthub.trainer._learner import Learner, LearnerConfig
 from agenthub.trainer._loss import KL_ESTIMATORS, PolicyLoss, kl_divergence, policy_loss
@@ -14,6 +15,7 @@ __all__ = [
     "ESTIMATORS",
     "IMPORTANCE_MODES",
     "KL_ESTIMATORS",
+    "CriticConfig",
     "ImportanceWeights",
     "Learner",
     "LearnerConfig",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+_Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -18,6 +20,7 @@ class TrainBatch:
     loss_mask: torch.Tensor  # [B, T] 1 on tokens the model sampled
     rollout_logprobs: torch.Tensor  # [B, T] the rollout engine's logprobs, 0 where mask is 0
     advantages: torch.Tensor  # [B] per sequence, or [B, T] per token
+    rewards: torch.Tensor | None = None  # [B] episode rewards, for a learner with a critic
 
     @classmethod
     def collate(
@@ -27,6 +30,7 @@ class TrainBatch:
         rollout_logprobs: Sequence[Sequence[float]],
         advantages: Sequence[float] | torch.Tensor,
         *,
+        rewards: Sequence[float] | None = None,
         pad_id: int = 0,
     ) -> TrainBatch:
         if not tokens:
@@ -44,20 +48,34 @@ class TrainBatch:
             mask[i, : len(t)] = torch.tensor(m)
             logprobs[i, : len(t)] = torch.tensor(lp)
         mask[:, 0] = 0  # nothing predicts the first token
-        return cls(ids, attention, mask, logprobs, torch.as_tensor(advantages, dtype=torch.float32))
+        return cls(
+            ids,
+            attention,
+            mask,
+            logprobs,
+            torch.as_tensor(advantages, dtype=torch.float32),
+            None if rewards is None else torch.as_tensor(rewards, dtype=torch.float32),
+        )
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def _map(self, per_token: _Fn, per_sequence: _Fn) -> TrainBatch:
+        """A batch with `per_token` applied to every [B, T] tensor and `per_sequence` to
+        every [B] one."""
+        adv = per_sequence if self.advantages.dim() == 1 else per_token
+        return TrainBatch(
+            per_token(self.input_ids),
+            per_token(self.attention_mask),
+            per_token(self.loss_mask),
+            per_token(self.rollout_logprobs),
+            adv(self.advantages),
+            None if self.rewards is None else per_sequence(self.rewards),
+        )
+
     def to(self, device: torch.device | str) -> TrainBatch:
         """The same batch on `device`."""
-        return TrainBatch(
-            self.input_ids.to(device),
-            self.attention_mask.to(device),
-            self.loss_mask.to(device),
-            self.rollout_logprobs.to(device),
-            self.advantages.to(device),
-        )
+        return self._map(lambda t: t.to(device), lambda t: t.to(device))
 
     def micro_batches(self, size: int) -> list[TrainBatch]:
         """Split into micro-batches of up to `size` sequences of similar length, each cut to
@@ -69,27 +87,11 @@ class TrainBatch:
         for start in range(0, len(self), size):
             rows = order[start : start + size]
             width = max(int(lengths[rows].max()), 1)
-            out.append(
-                TrainBatch(
-                    self.input_ids[rows, :width],
-                    self.attention_mask[rows, :width],
-                    self.loss_mask[rows, :width],
-                    self.rollout_logprobs[rows, :width],
-                    self.advantages[rows]
-                    if self.advantages.dim() == 1
-                    else self.advantages[rows, :width],
-                )
-            )
+            out.append(self._map(lambda t: t[rows, :width], lambda t: t[rows]))  # noqa: B023
         return out
 
     def slice(self, start: int, stop: int) -> TrainBatch:
-        return TrainBatch(
-            self.input_ids[start:stop],
-            self.attention_mask[start:stop],
-            self.loss_mask[start:stop],
-            self.rollout_logprobs[start:stop],
-            self.advantages[start:stop],
-        )
+        return self._map(lambda t: t[start:stop], lambda t: t[start:stop])
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agenthub._errors import AgentHubError
+from agenthub.trainer._critic import CriticConfig
 from agenthub.trainer._learner import LearnerConfig
 
 if sys.version_info >= (3, 11):
@@ -68,10 +69,11 @@ class RolloutSettings(_Section):
 class AlgorithmConfig(_Section):
     """What is learned from each batch."""
 
-    estimator: Literal["group_norm", "dr_grpo", "rloo", "reinforce", "reinforce_baseline"] = (
-        "group_norm"
-    )
-    """Advantage estimator over each group's rewards (see agenthub.trainer.advantages)."""
+    estimator: Literal[
+        "group_norm", "dr_grpo", "rloo", "reinforce", "reinforce_baseline", "gae"
+    ] = "group_norm"
+    """Advantage estimator over each group's rewards (see agenthub.trainer.advantages), or
+    `gae`: PPO with a critic, per-token advantages from a value model (`learner.critic`)."""
     batch_groups: int = Field(8, ge=1)
     """Groups (a task and its n_samples_per_prompt episodes) per learner step."""
     max_staleness: int = Field(1, ge=0)
@@ -163,6 +165,19 @@ class TrainConfig(_Section):
     eval: EvalConfig = EvalConfig()
     run: RunConfig = RunConfig()
     ray: RayConfig = RayConfig()
+
+    @model_validator(mode="after")
+    def _critic_for_gae(self) -> TrainConfig:
+        gae = self.algorithm.estimator == "gae"
+        if gae and self.learner.critic is None:
+            learner = self.learner.model_copy(update={"critic": CriticConfig()})
+            object.__setattr__(self, "learner", learner)
+        elif not gae and self.learner.critic is not None:
+            raise ValueError(
+                f"learner.critic is set but algorithm.estimator is {self.algorithm.estimator!r}; "
+                "the critic is trained only with algorithm.estimator=gae"
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_lr(self) -> TrainConfig:

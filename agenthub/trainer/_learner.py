@@ -10,6 +10,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from agenthub.trainer._batch import TrainBatch, token_logprobs
+from agenthub.trainer._critic import Critic, CriticConfig
 from agenthub.trainer._importance import importance_weights
 from agenthub.trainer._loss import Aggregation, kl_divergence, policy_loss
 
@@ -51,6 +52,9 @@ class LearnerConfig(BaseModel):
     """How per-token losses become the batch loss."""
     bf16: bool = False
     """Train in bfloat16 (on hardware that has it); fp32 otherwise."""
+    critic: CriticConfig | None = None
+    """PPO with a critic: a value model trained beside the policy, whose per-token GAE
+    advantages replace the batch's sequence advantages (set by `algorithm.estimator=gae`)."""
 
 
 def _init_single_process_distributed() -> None:
@@ -81,7 +85,10 @@ class Learner:
     tokens by the off-policy correction between those and the rollout engine's logprobs,
     applies PPO-clip (and a KL term when `kl_coef` > 0), accumulates over micro-batches and
     steps the optimiser once per epoch (`epochs`; with one, `old` costs no extra pass).
-    `state_dict` returns full weights (gathered under ZeRO-3) for the engines.
+    With a critic (`config.critic`), the batch carries episode rewards and the critic's
+    per-token GAE advantages replace its sequence advantages; the critic then takes its own
+    step on the returns. `state_dict` returns the policy's full weights (gathered under
+    ZeRO-3) for the engines.
     """
 
     def __init__(self, model_path: str | Path, config: LearnerConfig | None = None) -> None:
@@ -111,6 +118,9 @@ class Learner:
         self.engine, *_ = deepspeed.initialize(
             model=model, config=ds_config, model_parameters=model.parameters()
         )
+        self.critic: Critic | None = None
+        if self.config.critic is not None:
+            self.critic = Critic(model_path, self.config.critic, ds_config, dtype)
         self.steps = 0
 
     def _logprobs(self, module: Any, batch: TrainBatch) -> torch.Tensor:
@@ -122,6 +132,8 @@ class Learner:
         cfg = self.config
         chunks = batch.micro_batches(cfg.micro_batch_size)
         width = int(batch.input_ids.shape[1])  # Dr. GRPO's constant normaliser
+        if self.critic is not None:
+            chunks, value_targets = self.critic.prepare(chunks)
         olds: list[torch.Tensor | None] = [None] * len(chunks)
         if cfg.epochs > 1:
             # Later epochs clip against the policy the batch was first learned from.
@@ -140,6 +152,8 @@ class Learner:
             self.engine.step()
             norm = self.engine.get_global_grad_norm()
             totals["grad_norm"] = float(norm) if norm is not None else 0.0
+        if self.critic is not None:
+            totals.update(self.critic.fit(chunks, value_targets))
         self.steps += 1
         return totals
 
@@ -208,10 +222,17 @@ class Learner:
         return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
     def save_checkpoint(self, directory: str | Path, tag: str) -> None:
+        """Policy (and critic) weights and optimizer states under `directory/tag`."""
         self.engine.save_checkpoint(str(directory), tag=tag, client_state={"steps": self.steps})
+        if self.critic is not None:
+            self.critic.save_checkpoint(Path(directory) / tag)
 
     def load_checkpoint(self, directory: str | Path, tag: str | None = None) -> None:
         path, client = self.engine.load_checkpoint(str(directory), tag=tag)
         if path is None:
             raise FileNotFoundError(f"no learner checkpoint in {directory}")
+        if self.critic is not None:
+            # DeepSpeed's `latest` file names the tag when none was given.
+            tag = tag or (Path(directory) / "latest").read_text(encoding="utf-8").strip()
+            self.critic.load_checkpoint(Path(directory) / tag)
         self.steps = int(client["steps"])

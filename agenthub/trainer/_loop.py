@@ -444,13 +444,18 @@ class Trainer:
         from agenthub.trainer._batch import TrainBatch
 
         trajectories = [t for group in batch.groups for t in group]
-        n = len(batch.groups[0])
-        adv = advantages([t.reward for t in trajectories], n, self.config.algorithm.estimator)
+        rewards = [t.reward for t in trajectories]
+        estimator = self.config.algorithm.estimator
+        critic = estimator == "gae"  # the learner's critic turns rewards into advantages
+        adv = (
+            [0.0] * len(rewards) if critic else advantages(rewards, len(batch.groups[0]), estimator)
+        )
         return TrainBatch.collate(
             [t.tokens for t in trajectories],
             [t.loss_mask for t in trajectories],
             [t.logprobs for t in trajectories],
             adv,
+            rewards=rewards if critic else None,
         )
 
     def _record(

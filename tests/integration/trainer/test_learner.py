@@ -2,6 +2,7 @@
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,33 @@ def test_kl_as_reward_penalty_is_a_per_token_advantage(tiny_model: Path) -> None
     after, expected = penalised.state_dict(), plain.state_dict()
     for key in expected:
         torch.testing.assert_close(after[key], expected[key], atol=1e-5, rtol=1e-4)
+
+
+def test_ppo_with_a_critic_learns_values_and_moves_the_policy(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from agenthub.trainer import CriticConfig
+
+    config = LearnerConfig(
+        zero_stage=2, lr=1e-2, micro_batch_size=1, critic=CriticConfig(lr=1e-2, value_clip=0)
+    )
+    learner = Learner(tiny_model, config)
+    assert learner.critic is not None
+    before = batch(learner, tiny_model, [0.0, 0.0])
+    losses = []
+    for _ in range(6):
+        b = batch(learner, tiny_model, [0.0, 0.0])
+        metrics = learner.step(replace(b, rewards=torch.tensor([1.0, 0.0])))
+        losses.append(metrics["critic/value_loss"])
+    after = response_logprobs(learner, tiny_model, before)
+    assert float((after[0] - before.rollout_logprobs[0]).sum()) > 0.5, "rewarded: more likely"
+    assert float((after[1] - before.rollout_logprobs[1]).sum()) < -0.5, "unrewarded: less"
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert {"loss", "critic/value_loss", "critic/value_mean"} <= set(metrics)
+
+    learner.save_checkpoint(tmp_path / "ckpt", tag="step-6")
+    restored = Learner(tiny_model, config)
+    restored.load_checkpoint(tmp_path / "ckpt", "step-6")
+    assert restored.critic is not None
+    with torch.no_grad():
+        torch.testing.assert_close(restored.critic.values(before), learner.critic.values(before))

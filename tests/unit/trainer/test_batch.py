@@ -52,3 +52,25 @@ def test_micro_batches_group_similar_lengths_and_drop_their_padding() -> None:
         [18.0, 19.0, 20.0],
         [0.0, 1.0, 2.0],
     ]
+
+
+def test_episode_rewards_follow_their_rows_and_sit_on_the_last_model_token() -> None:
+    from agenthub.trainer._critic import final_token_rewards
+
+    b = TrainBatch.collate(
+        [[1, 2, 3, 4], [5, 6], [7, 8, 9]],
+        [[0, 1, 1, 0], [0, 0], [0, 1, 1]],
+        [[0.0] * 4, [0.0] * 2, [0.0] * 3],
+        [0.0, 0.0, 0.0],
+        rewards=[1.0, 0.5, -1.0],
+    )
+    assert final_token_rewards(b).tolist() == [[0, 0, 1, 0], [0, 0, 0, 0], [0, 0, -1, 0]]
+    first, second = b.micro_batches(2)
+    assert first.rewards is not None and second.rewards is not None
+    assert first.rewards.tolist() == [1.0, -1.0] and second.rewards.tolist() == [0.5]
+    assert final_token_rewards(first).tolist() == [[0, 0, 1, 0], [0, 0, -1, 0]]
+    assert b.slice(1, 3).rewards.tolist() == [0.5, -1.0]  # type: ignore[union-attr]
+    plain = TrainBatch.collate([[1, 2]], [[0, 1]], [[0.0, 0.0]], [1.0])
+    assert plain.rewards is None and plain.micro_batches(1)[0].rewards is None
+    with pytest.raises(ValueError, match="needs the batch's episode rewards"):
+        final_token_rewards(plain)

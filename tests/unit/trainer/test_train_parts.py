@@ -65,6 +65,7 @@ def test_resolved_config_round_trips_as_the_base_of_a_resumed_run() -> None:
         (["env=math", "lr"], "is not KEY=VALUE"),
         (["env=math", "env.x=1"], "env is a value, not a section"),
         (["env=math", "algorithm.filter_low=0.9", "algorithm.filter_high=0.1"], "filter_low"),
+        (["env=math", "learner.critic.lr=1e-4"], "trained only with algorithm.estimator=gae"),
     ],
 )
 def test_bad_config_says_which_field_and_why(overrides: list[str], message: str) -> None:
@@ -231,6 +232,20 @@ def test_learning_rate_defaults_to_the_models_size_class_unless_given() -> None:
     assert given.learner.lr == 2e-6
     resolved = json.loads(load_config([], ["env=math"]).model_dump_json())
     assert load_config([], ["model=/m"], base=resolved).learner.lr == 2e-4, "resume keeps it"
+
+
+def test_gae_brings_a_critic_whose_settings_can_be_given() -> None:
+    assert load_config([], ["env=math"]).learner.critic is None
+    ppo = load_config([], ["env=math", "algorithm.estimator=gae"])
+    assert ppo.learner.critic is not None and ppo.learner.critic.lam == 0.95
+    assert ppo.learner.lr == 2e-4, "the policy's default learning rate still applies"
+    tuned = load_config(
+        [], ["env=math", "algorithm.estimator=gae", "learner.critic.lam=0.9", "learner.lr=1e-5"]
+    )
+    assert tuned.learner.critic is not None and tuned.learner.critic.lam == 0.9
+    assert tuned.learner.lr == 1e-5
+    resolved = json.loads(ppo.model_dump_json())
+    assert load_config([], [], base=resolved) == ppo, "a resumed run keeps its critic"
 
 
 def test_resuming_forgets_metrics_logged_after_the_checkpoint(tmp_path: Path) -> None:

@@ -1,0 +1,154 @@
+"""The critic of PPO with a value model (`algorithm.estimator = "gae"`).
+
+The critic is the policy's architecture with a one-output head per token
+(`AutoModelForTokenClassification`, body initialised from the policy's weights), trained under
+its own DeepSpeed engine. Its value at token t estimates the return from the state before
+token t, so it is read from the hidden state of token t - 1, the same alignment as the
+policy's logprobs. The episode's reward sits on its last model token; `gae` skips the
+environment's tokens, so values bootstrap across env turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from agenthub.trainer._advantages import gae
+from agenthub.trainer._batch import TrainBatch
+
+__all__ = ["Critic", "CriticConfig"]
+
+
+class CriticConfig(BaseModel):
+    """The value model and generalised advantage estimation of PPO with a critic."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float = Field(1e-4, gt=0)
+    """AdamW learning rate of the critic."""
+    gamma: float = Field(1.0, ge=0, le=1)
+    """Discount per model token."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """GAE's lambda: 0 is one-step TD, 1 is the Monte Carlo return minus the value."""
+    value_clip: float = Field(0.2, ge=0)
+    """PPO's clipped value loss: a new value moves at most this far from the value the
+    advantages were computed with before the loss stops pulling it (0: no clipping)."""
+    whiten: bool = True
+    """Normalise the batch's advantages to mean 0 and standard deviation 1 over model tokens."""
+
+
+@dataclass(frozen=True)
+class ValueTargets:
+    """What one micro-batch's critic update needs: the returns and the values they came from."""
+
+    returns: torch.Tensor  # [B, T], 0 where the loss mask is 0
+    values: torch.Tensor  # [B, T], 0 where the loss mask is 0
+
+
+def final_token_rewards(batch: TrainBatch) -> torch.Tensor:
+    """[B, T]: each episode's reward on its last model token, 0 elsewhere."""
+    if batch.rewards is None:
+        raise ValueError("a learner with a critic needs the batch's episode rewards")
+    mask = batch.loss_mask
+    positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
+    last = torch.where(mask > 0, positions, -1).max(dim=1).values
+    out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    has_tokens = last >= 0
+    rows = torch.arange(len(batch), device=mask.device)[has_tokens]
+    out[rows, last[has_tokens]] = batch.rewards[has_tokens].to(out.dtype)
+    return out
+
+
+class Critic:
+    """A value model under its own DeepSpeed engine: `prepare` turns micro-batches of episode
+    rewards into per-token GAE advantages, `fit` regresses the values on the returns."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        config: CriticConfig,
+        deepspeed_config: dict[str, Any],
+        dtype: torch.dtype,
+    ) -> None:
+        import deepspeed
+        from transformers import AutoModelForTokenClassification
+
+        self.config = config
+        model = AutoModelForTokenClassification.from_pretrained(
+            model_path, num_labels=1, dtype=dtype
+        )
+        ds = {**deepspeed_config}
+        ds["optimizer"] = {**ds["optimizer"], "params": {**ds["optimizer"]["params"]}}
+        ds["optimizer"]["params"]["lr"] = config.lr
+        self.engine, *_ = deepspeed.initialize(
+            model=model, config=ds, model_parameters=model.parameters()
+        )
+
+    def values(self, batch: TrainBatch) -> torch.Tensor:
+        """[B, T]: the value of the state before each model token (0 on other tokens)."""
+        out = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        scores = out.logits[..., 0].float()
+        values = torch.nn.functional.pad(scores[:, :-1], (1, 0))
+        return values * batch.loss_mask.to(values.dtype)
+
+    def prepare(self, chunks: list[TrainBatch]) -> tuple[list[TrainBatch], list[ValueTargets]]:
+        """The micro-batches with per-token GAE advantages, and each one's value targets."""
+        cfg = self.config
+        advantages, targets = [], []
+        with torch.no_grad():
+            for chunk in chunks:
+                values = self.values(chunk)
+                adv, returns = gae(
+                    final_token_rewards(chunk),
+                    values,
+                    chunk.loss_mask,
+                    gamma=cfg.gamma,
+                    lam=cfg.lam,
+                )
+                advantages.append(adv)
+                targets.append(ValueTargets(returns=returns, values=values))
+        if cfg.whiten:
+            masks = [c.loss_mask.bool() for c in chunks]
+            flat = torch.cat([a[m] for a, m in zip(advantages, masks, strict=True)])
+            if flat.numel() > 1:
+                mean, std = flat.mean(), flat.std()
+                advantages = [
+                    (a - mean) / (std + 1e-6) * m for a, m in zip(advantages, masks, strict=True)
+                ]
+        prepared = [replace(c, advantages=a) for c, a in zip(chunks, advantages, strict=True)]
+        return prepared, targets
+
+    def fit(self, chunks: list[TrainBatch], targets: list[ValueTargets]) -> dict[str, float]:
+        """One optimiser step of the clipped value loss over all micro-batches."""
+        total_tokens = sum(float(c.loss_mask.sum()) for c in chunks)
+        loss_sum, value_sum = 0.0, 0.0
+        for n, (chunk, target) in enumerate(zip(chunks, targets, strict=True)):
+            self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
+            mask = chunk.loss_mask.to(torch.float32)
+            values = self.values(chunk)
+            errors = (values - target.returns) ** 2
+            if self.config.value_clip > 0:
+                clip = self.config.value_clip
+                kept = target.values + (values - target.values).clamp(-clip, clip)
+                errors = torch.maximum(errors, (kept - target.returns) ** 2)
+            loss = 0.5 * (errors * mask).sum() / max(total_tokens, 1.0)
+            self.engine.backward(loss)
+            loss_sum += float(loss)
+            value_sum += float((values.detach() * mask).sum())
+        self.engine.step()
+        return {
+            "critic/value_loss": loss_sum,
+            "critic/value_mean": value_sum / max(total_tokens, 1.0),
+        }
+
+    def save_checkpoint(self, directory: Path) -> None:
+        self.engine.save_checkpoint(str(directory), tag="critic")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(directory), tag="critic")
+        if path is None:
+            raise FileNotFoundError(f"no critic checkpoint in {directory}")
