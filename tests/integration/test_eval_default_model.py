@@ -1,5 +1,6 @@
 """`agenthub eval` end to end on the embedded default model through real vLLM: an OpenRLHF
-reward file, an OpenRLHF agent file and the code sandbox env (issue 3's acceptance runs)."""
+reward file, an OpenRLHF agent file, the code sandbox env, the math verifier and an LLM judge
+served on loopback (the acceptance runs of the rollout, sandbox and math/judge issues)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ..conftest import FIXTURES
+from ..judge_server import judge_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.smoke, pytest.mark.timeout(1500)]
 
@@ -26,12 +29,27 @@ RUNS = {
         str(FIXTURES / "tasks.jsonl"),
     ],
     "code_exec": ["--split", "held_out", "--temperature", "0"],
+    "math": ["--split", "held_out", "--temperature", "0"],
 }
 
 
 @pytest.mark.parametrize("env_id", sorted(RUNS))
 def test_eval_runs_on_the_default_model(env_id: str, tmp_path: Path) -> None:
-    out = tmp_path / "run"
+    summary = run_eval(env_id, RUNS[env_id], tmp_path / "run")
+    if env_id == "code_exec":
+        assert summary["mean_reward"] > 0, "the warm-started model solves some held-out tasks"
+
+
+def test_eval_runs_the_llm_judge_env_on_the_default_model(tmp_path: Path) -> None:
+    with judge_server() as (url, script):
+        tasks = ["--tasks", str(FIXTURES / "tasks.jsonl")]
+        summary = run_eval("judge", [f"judge_url={url}", "judge_model=judge-1", *tasks], tmp_path)
+    assert 1 <= len(script.requests) <= 6, "each reply judged once (identical ones cached)"
+    assert {round(r, 1) for r in summary["rewards"]} <= {0.2, 0.9}
+
+
+def run_eval(env_id: str, args: list[str], out: Path) -> dict[str, Any]:
+    """`agenthub eval` of 3 tasks x 2 samples; checks the run's files, returns the summary."""
     command = [
         sys.executable,
         "-m",
@@ -39,7 +57,7 @@ def test_eval_runs_on_the_default_model(env_id: str, tmp_path: Path) -> None:
         "eval",
         "--env",
         env_id,
-        *RUNS[env_id],
+        *args,
         "-n",
         "3",
         "-k",
@@ -62,5 +80,5 @@ def test_eval_runs_on_the_default_model(env_id: str, tmp_path: Path) -> None:
         assert t["env"] == env_id and 1 in t["loss_mask"]
         assert len(t["tokens"]) == len(t["logprobs"]) == len(t["policy_versions"])
         assert all(lp == 0.0 for lp, m in zip(t["logprobs"], t["loss_mask"], strict=True) if not m)
-    if env_id == "code_exec":
-        assert summary["mean_reward"] > 0, "the warm-started model solves some held-out tasks"
+    summary["rewards"] = [json.loads(line)["reward"] for line in lines]
+    return summary
