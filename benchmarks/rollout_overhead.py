@@ -7,7 +7,7 @@ What differs is only agenthub's work: making envs, sessions, chat-template rende
 env's messages, decoding, trajectories. The last line is agenthub's throughput in generated
 tokens per second divided by the raw engine's, over alternating rounds (target >= 0.95).
 
-    python benchmarks/rollout_overhead.py [--model PATH|default|tiny] [--episodes 96]
+    python benchmarks/rollout_overhead.py [--model PATH|default|tiny] [--episodes 64]
 """
 
 from __future__ import annotations
