@@ -71,6 +71,53 @@ async def test_a_cancelled_run_removes_its_container_and_the_pool_recovers() -> 
     assert containers_of(os.getpid()) == []
 
 
+@pytest.mark.timeout(240)
+async def test_a_container_that_hit_a_limit_is_replaced_never_reused() -> None:
+    limits = Limits(timeout_s=3, memory_mb=128, output_bytes=64 * 1024)
+    async with DockerSandbox(pool_size=1, limits=limits) as sandbox:
+        await sandbox.start()
+        clean = sandbox._idle[0].container.id
+        assert (await sandbox.run("print('fine')")).status is ExecStatus.OK
+        assert sandbox._idle[0].container.id == clean, "a clean run keeps its container"
+        for code, status in [
+            ("while True:\n    pass", ExecStatus.TIMEOUT),
+            ("x = bytearray(512 << 20)\nprint(len(x))", ExecStatus.MEMORY_LIMIT),
+            ("print('x' * (1 << 20))", ExecStatus.OUTPUT_LIMIT),
+        ]:
+            used = sandbox._idle[0].container.id
+            assert (await sandbox.run(code)).status is status
+            after = await sandbox.run("print('next')")
+            assert after.stdout == "next\n", (status, after)
+            assert sandbox._idle[0].container.id != used, f"reused after {status}"
+            assert used not in {c.id for c in containers_of(os.getpid())}
+    assert containers_of(os.getpid()) == []
+
+
+def test_auto_falls_back_to_bwrap_and_never_runs_unisolated_by_itself() -> None:
+    probe = (
+        "from agenthub.sandbox import SandboxUnavailableError, resolve_backend\n"
+        "print(resolve_backend('auto'))\n"
+        "try:\n"
+        "    print(resolve_backend('auto', image='agenthub-sandbox:no-such-tag'))\n"
+        "except SandboxUnavailableError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+
+    def run(env: dict[str, str]) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    assert run(dict(os.environ)) == ["docker", "bwrap"]
+    # Without bubblewrap on PATH and without the image, nothing isolating is left: refused.
+    first, *rest = run({**os.environ, "PATH": "/nonexistent"})
+    assert first == "docker"
+    assert rest[0].startswith("refused: no isolating sandbox works here")
+    assert "bubblewrap is not installed" in rest[0] and "backend='unisolated'" in rest[0]
+
+
 CRASHING_OWNER = textwrap.dedent(
     """
     import anyio, os, sys

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -123,3 +124,18 @@ def test_no_orphan_workers_after_ctrl_c_or_kill_of_the_parent(sig: signal.Signal
         assert child.stderr is not None
         err = child.stderr.read().decode()
         assert "KeyboardInterrupt" in err and err.count("Traceback") == 1, err
+
+
+@pytest.mark.timeout(120)
+def test_a_timeout_is_logged_once_and_briefly(caplog: pytest.LogCaptureFixture) -> None:
+    long_hang = "Let me think. " * 40 + r"\boxed{9^{9^{9}}}"
+    caplog.set_level(logging.DEBUG, logger="agenthub.envs.math")
+    with VerifierPool(1) as pool:
+        pool.verify("warm up", "1", timeout_s=60)
+        assert pool.verify(long_hang, "1", timeout_s=1.0) is False
+        assert pool.verify(long_hang, "1", timeout_s=1.0) is False
+    records = [r for r in caplog.records if r.name == "agenthub.envs.math"]
+    assert [r.levelno for r in records] == [logging.WARNING, logging.DEBUG]
+    warning = records[0].getMessage()
+    assert "counted as wrong" in warning and "further ones are logged at debug" in warning
+    assert len(warning) < 300 and long_hang not in warning

@@ -200,3 +200,24 @@ async def test_sampling_seed_differs_per_sample_and_turn(chat: ChatTokenizer) ->
     config = RolloutConfig(sampling=SamplingParams(seed=1), n_samples_per_prompt=2)
     await EpisodeRunner(engine, chat, ENV, config).collect([task(label=2)])
     assert len(seen) == 4 and len(set(seen)) == 4
+
+
+async def test_a_judge_that_cannot_judge_is_a_typed_error_on_that_episode_only(
+    chat: ChatTokenizer,
+) -> None:
+    import socket
+
+    with socket.socket() as closed:  # bound, never listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        judge_url = f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+        runner = EpisodeRunner(
+            replying(chat, "an answer"),
+            chat,
+            "judge",
+            RolloutConfig(),
+            env_kwargs={"judge_url": judge_url, "judge_model": "j", "max_retries": 0},
+        )
+        failed = await runner.run_episode(Task(id="q", prompt="Say something.", label="x"))
+    assert failed.error is not None and failed.error.cause == "env_error"
+    assert "JudgeError" in failed.error.message and failed.reward == 0.0
+    assert 1 in failed.loss_mask, "what the model said is kept for inspection"
