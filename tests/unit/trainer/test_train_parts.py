@@ -197,6 +197,20 @@ def test_triage_keeps_fresh_informative_groups_only() -> None:
     assert triage([_trajectory(1.0, 5), _trajectory(0.0, 5)], 5, narrow) == "filtered"
 
 
+def test_batches_carry_advantages_or_for_gae_the_rewards_the_critic_needs(tmp_path: Path) -> None:
+    from agenthub.trainer._loop import Trainer, _Batch
+
+    groups = [[_trajectory(1.0, 0), _trajectory(0.0, 0)]]
+    grpo = Trainer(load_config([], ["env=math"]), tmp_path)._collate(_Batch(groups=groups))
+    assert grpo.rewards is None and grpo.advantages.tolist() == pytest.approx(
+        [0.7071, -0.7071], abs=1e-3
+    )
+    ppo = load_config([], ["env=math", "algorithm.estimator=gae"])
+    critic = Trainer(ppo, tmp_path)._collate(_Batch(groups=groups))
+    assert critic.rewards is not None and critic.rewards.tolist() == [1.0, 0.0]
+    assert critic.advantages.tolist() == [0.0, 0.0], "the learner's critic computes them"
+
+
 # -- run directory and metrics -----------------------------------------------------------
 
 
