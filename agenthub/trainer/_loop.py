@@ -227,8 +227,16 @@ class Trainer:
     # -- the run -------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        """Train; returns a summary (steps, stop reason, last rewards)."""
-        return asyncio.run(self._main())
+        """Train; returns a summary (steps, stop reason, last rewards). Ray, when this run
+        started it, is shut down before returning, so no late worker output follows."""
+        import ray
+
+        owns_ray = not ray.is_initialized()
+        try:
+            return asyncio.run(self._main())
+        finally:
+            if owns_ray and ray.is_initialized():
+                ray.shutdown()
 
     async def _main(self) -> dict[str, Any]:
         import ray

@@ -136,7 +136,7 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     after = _state(out)
     assert after["step"] == target
     assert after["tasks_drawn"][0] > killed_after["tasks_drawn"][0] > state["tasks_drawn"][0]
-    summary = json.loads(again.stdout.strip().splitlines()[-1])
+    summary = json.loads(again.stdout.strip().splitlines()[-1])  # Ray was shut down first
     assert summary["steps"] == target and summary["stopped"] == f"reached max_steps={target}"
 
 
