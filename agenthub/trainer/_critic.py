@@ -137,7 +137,7 @@ class Critic:
                 errors = torch.maximum(errors, (kept - target.returns) ** 2)
             loss = 0.5 * (errors * mask).sum() / max(total_tokens, 1.0)
             self.engine.backward(loss)
-            loss_sum += float(loss)
+            loss_sum += loss.item()
             value_sum += float((values.detach() * mask).sum())
         self.engine.step()
         return {
