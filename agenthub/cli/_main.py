@@ -113,9 +113,31 @@ def _lazy(module: str, attr: str) -> Handler:
     return run
 
 
+# Where each command keeps its KEY=VALUE arguments.
+_PAIRS = ("overrides", "env_kwargs", "kwargs")
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse `argv`, taking KEY=VALUE arguments wherever they stand: argparse alone takes one
+    run of positionals, so `train --env X a=1 --steps 3 b=2` would reject `b=2`."""
+    args, unknown = parser.parse_known_args(argv)
+    pairs = next(
+        (getattr(args, d) for d in _PAIRS if isinstance(getattr(args, d, None), list)), None
+    )
+    rest = []
+    for item in unknown:
+        if pairs is not None and "=" in item and not item.startswith("-"):
+            pairs.append(item)
+        else:
+            rest.append(item)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -82,6 +82,21 @@ def test_bad_config_files_name_the_file(tmp_path: Path) -> None:
         load_config([broken])
 
 
+def test_overrides_may_stand_anywhere_on_the_command_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agenthub.cli import main
+
+    argv = ["train", "--env", "math", "learner.lr=1e-4", "--steps", "3", "rollout.top_p=0.5"]
+    assert main([*argv, "--print-config"]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert config["learner"]["lr"] == 1e-4 and config["rollout"]["top_p"] == 0.5
+    assert config["run"]["max_steps"] == 3
+    with pytest.raises(SystemExit):
+        main([*argv, "--no-such-flag"])
+    assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
 # -- admission ---------------------------------------------------------------------------
 
 
