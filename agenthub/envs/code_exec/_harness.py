@@ -94,11 +94,11 @@ class Program:
     nonce: str
 
 
+_HERE = resources.files("agenthub.envs.code_exec")
+
+
 def _source(module: str) -> str:
     return _HERE.joinpath(f"_in_sandbox_{module}.py").read_text(encoding="utf-8")
-
-
-_HERE = resources.files("agenthub.envs.code_exec")
 
 
 @functools.cache

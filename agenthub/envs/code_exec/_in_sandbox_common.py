@@ -8,6 +8,7 @@ these `_in_sandbox_*` modules; it sends their text into the sandbox.
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 import traceback
@@ -50,3 +51,16 @@ def tail(exc: BaseException, limit: int = 3) -> str:
     lines = traceback.format_exception_only(type(exc), exc)
     text = "".join(lines).strip().splitlines()
     return "\n".join(text[-limit:])[:500]
+
+
+def equality(tree: ast.Module) -> tuple[ast.expr, ast.expr] | None:
+    """The two sides of a test that is one `assert LEFT == RIGHT`, else None."""
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if (
+        isinstance(node, ast.Assert)
+        and isinstance(node.test, ast.Compare)
+        and len(node.test.ops) == 1
+        and isinstance(node.test.ops[0], ast.Eq)
+    ):
+        return node.test.left, node.test.comparators[0]
+    return None

@@ -16,7 +16,13 @@ import subprocess
 import sys
 from typing import Any
 
-from harness_common import Report, harden, read_job, reporter  # type: ignore[import-not-found]
+from harness_common import (  # type: ignore[import-not-found]
+    Report,
+    equality,
+    harden,
+    read_job,
+    reporter,
+)
 
 
 def literal_check(test: str) -> tuple[str, Any] | None:
@@ -25,19 +31,15 @@ def literal_check(test: str) -> tuple[str, Any] | None:
         tree = ast.parse(test)
     except SyntaxError:
         return None
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if not (
-        isinstance(node, ast.Assert)
-        and isinstance(node.test, ast.Compare)
-        and len(node.test.ops) == 1
-        and isinstance(node.test.ops[0], ast.Eq)
-    ):
+    sides = equality(tree)
+    if sides is None:
         return None
+    left, right = sides
     try:
-        expected = ast.literal_eval(node.test.comparators[0])
+        expected = ast.literal_eval(right)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
-    return ast.unparse(node.test.left), expected
+    return ast.unparse(left), expected
 
 
 def decode(data: Any) -> Any:

@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from harness_common import tail  # type: ignore[import-not-found]
+from harness_common import equality, tail  # type: ignore[import-not-found]
 
 
 class TestTimeout(BaseException):
@@ -43,14 +43,12 @@ def encode(value: Any) -> Any:
     raise TypeError(f"returned a {kind.__name__}, which is not a plain Python value")
 
 
-def _assert_equal(node: ast.Assert, ns: dict[str, Any]) -> str | None:
-    assert isinstance(node.test, ast.Compare)
-    left = eval(compile(ast.Expression(node.test.left), "<test>", "eval"), ns)
-    right = eval(compile(ast.Expression(node.test.comparators[0]), "<test>", "eval"), ns)
+def _assert_equal(left_side: ast.expr, right_side: ast.expr, ns: dict[str, Any]) -> str | None:
+    left = eval(compile(ast.Expression(left_side), "<test>", "eval"), ns)
+    right = eval(compile(ast.Expression(right_side), "<test>", "eval"), ns)
     if left == right:
         return None
-    call = ast.unparse(node.test.left)
-    return f"{call} returned {repr(left)[:200]}, expected {repr(right)[:200]}"
+    return f"{ast.unparse(left_side)} returned {repr(left)[:200]}, expected {repr(right)[:200]}"
 
 
 def run_test(test: dict[str, Any], ns: dict[str, Any]) -> dict[str, Any]:
@@ -58,14 +56,10 @@ def run_test(test: dict[str, Any], ns: dict[str, Any]) -> dict[str, Any]:
         value = eval(compile(test["left"], "<test>", "eval"), ns)
         return {"value": encode(value)}
     tree = ast.parse(test["exec"])
-    node = tree.body[0] if len(tree.body) == 1 else None
-    if (
-        isinstance(node, ast.Assert)
-        and isinstance(node.test, ast.Compare)
-        and len(node.test.ops) == 1
-        and isinstance(node.test.ops[0], ast.Eq)
-    ):
-        error = _assert_equal(node, ns)
+    sides = equality(tree)
+    if sides is not None:
+        left, right = sides
+        error = _assert_equal(left, right, ns)
     else:
         try:
             exec(compile(tree, "<test>", "exec"), ns)
