@@ -5,7 +5,9 @@ asynchronous (`algorithm.max_staleness`, default 1: rollouts keep playing while 
 steps and weights sync) and once synchronous (`max_staleness=0`: every rollout waits for the
 previous step's weights, the way lockstep trainers work). For each it reads the run's
 metrics.jsonl and reports the learner's idle fraction (time waiting on the trajectory queue
-over step time) and the mean wall time per step, leaving out the first steps (start-up).
+over step time) and the mean wall time per step, leaving out the first steps (start-up),
+and how busy the machine's CPUs were over each run: asynchronous training can only hide
+rollout time behind learning (or the reverse) where the cores have room for both at once.
 Targets: async idle fraction under 10%, async wall time per step at most 0.6x sync. The last
 line is that ratio.
 
@@ -19,6 +21,8 @@ import json
 import statistics
 import tempfile
 from pathlib import Path
+
+import psutil
 
 from agenthub.trainer._config import load_config
 from agenthub.trainer._loop import Trainer
@@ -39,7 +43,9 @@ def run(mode: str, env: str, steps: int, staleness: int, overrides: list[str], o
         ],
     )
     print(f"[{mode}] training {steps} steps with max_staleness={staleness} ...", flush=True)
+    psutil.cpu_percent(interval=None)  # starts the count; the next call reads the run's mean
     Trainer(config, out, log=lambda line: print(f"[{mode}] {line}", flush=True)).run()
+    cpu_busy = psutil.cpu_percent(interval=None) / 100
     records = [r for r in read_metrics(out / "metrics.jsonl") if "train/reward" in r]
     measured = records[2:] if len(records) > 4 else records  # the first steps include warm-up
     step_s = statistics.mean(r["learner/step_s"] for r in measured)
@@ -52,6 +58,7 @@ def run(mode: str, env: str, steps: int, staleness: int, overrides: list[str], o
         "learn_s": statistics.mean(r["learner/learn_s"] for r in measured),
         "staleness_mean": statistics.mean(r["staleness/mean"] for r in measured),
         "reward": statistics.mean(r["train/reward"] for r in measured),
+        "cpu_busy": cpu_busy,
     }
     print(json.dumps(result), flush=True)
     return result
@@ -72,6 +79,10 @@ def main() -> None:
     print(
         f"learner idle: async {asynchronous['idle_fraction']:.1%} (target < 10%), "
         f"sync {sync['idle_fraction']:.1%}"
+    )
+    print(
+        f"CPU busy over the run ({psutil.cpu_count()} cores): "
+        f"async {asynchronous['cpu_busy']:.0%}, sync {sync['cpu_busy']:.0%}"
     )
     print(
         f"wall time per step: async {asynchronous['step_s']:.2f} s, sync {sync['step_s']:.2f} s "
