@@ -56,6 +56,40 @@ async def test_the_tested_code_cannot_look_into_the_harness_process(backend: str
     assert "PermissionError" in step.observation[0].content
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+async def test_patching_what_a_test_uses_does_not_pass_it(backend: str) -> None:
+    # `math.isclose(f(x), y)` is judged by the harness on the value f(x) returned, so patching
+    # math.isclose inside the tested process changes nothing.
+    task = agenthub.Task(
+        id="area",
+        prompt="Write area(r).",
+        label={
+            "kind": "function",
+            "entry_point": "area",
+            "setup": "import math",
+            "tests": [
+                "assert math.isclose(area(2), 12.566, rel_tol=1e-3)",
+                "assert abs(area(1) - 3.14159) < 1e-3",
+            ],
+        },
+    )
+    honest = "```python\nimport math\ndef area(r):\n    return math.pi * r * r\n```"
+    forged = (
+        "```python\nimport math, builtins\nmath.isclose = lambda *a, **k: True\n"
+        "builtins.abs = lambda x: 0\ndef area(r):\n    return 0.0\n```"
+    )
+    env = agenthub.make("code_exec", backend=backend, max_turns=1)
+    try:
+        await env.reset(task, seed=0)
+        assert (await env.step(honest)).reward == 1.0
+        await env.reset(task, seed=0)
+        step = await env.step(forged)
+    finally:
+        await env.aclose()
+    assert step.reward == 0.0 and step.info["passed"] == 0, step.info
+
+
 def test_sandbox_run_command(tmp_path: Path) -> None:
     program = tmp_path / "echo.py"
     program.write_text("import sys\nprint(sys.stdin.read().strip()[::-1])\n")

@@ -194,6 +194,41 @@ async def test_tests_that_are_not_literal_comparisons_still_run() -> None:
     assert right.reward == 1.0 and right.terminated
 
 
+AREA = Task(
+    id="area",
+    prompt="Write area(r), the area of a circle of radius r.",
+    label=FunctionTests(
+        entry_point="area",
+        setup="import math",
+        tests=(
+            "assert math.isclose(area(2), 12.566, rel_tol=1e-3)",
+            "assert abs(area(1) - 3.14159) < 1e-3",
+            "assert area(3) > area(2) > 0, 'grows with r'",
+            "assert all(area(r) > 0 for r in range(1, 4))",  # not liftable: runs in the child
+        ),
+    ).model_dump(mode="json"),
+)
+
+
+async def test_tests_with_calls_inside_expressions_are_judged_outside_the_tested_code() -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=2)
+    await env.reset(AREA, seed=0)
+    honest = await env.step(fenced("import math\ndef area(r):\n    return math.pi * r * r"))
+    assert honest.reward == 1.0, honest.info
+    # Patching what the tests use only fools the tests that run whole in the tested process.
+    forged = (
+        "import math, builtins\n"
+        "math.isclose = lambda *a, **k: True\n"
+        "builtins.abs = lambda x: 0\n"
+        "builtins.all = lambda xs: True\n"
+        "def area(r): return 0.0"
+    )
+    await env.reset(AREA, seed=0)
+    step = await env.step(fenced(forged))
+    assert step.info["passed"] == 1, step.info  # only the comprehension test, run in the child
+    assert "area(2) returned 0.0" in step.observation[0].content
+
+
 async def test_a_sandbox_failure_is_a_typed_outcome_not_an_exception() -> None:
     gone = ExecResult(ExecStatus.SANDBOX_ERROR, detail="the Docker engine does not answer")
     env = CodeExecEnv(sandbox=FakeSandbox(lambda request: gone), max_turns=2)

@@ -2,15 +2,20 @@
 
 The tested code runs in a child process (`runner.py`) that never sees an expected value. For
 a test `assert CALL == LITERAL` the child sends back CALL's value as plain data and this
-process compares it with the literal, so neither patching the harness, forging report lines
-nor returning an object that equals everything can pass such a test. Any other test form
-(`assert f(x)`, `math.isclose`, several statements) runs whole in the child, which says
-whether it passed.
+process compares it with the literal. For any other single `assert EXPR` whose calls of the
+tested function can be lifted out (not inside a comprehension or lambda, the function not
+passed as a value, every other name a builtin or defined by the task's setup), the child sends
+back the value of each such call and this process evaluates EXPR on them (`math.isclose(f(x),
+y)`, `abs(f(3) - 1.5) < 1e-9`, `f(4) == f(2) * 2`). So neither patching the harness or a module
+the test uses, forging report lines nor returning an object that equals everything can pass
+such a test. Only the forms left (several statements, `check(candidate)`, calls inside a
+comprehension) run whole in the child, which says whether they passed.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import subprocess
 import sys
@@ -42,6 +47,90 @@ def literal_check(test: str) -> tuple[str, Any] | None:
     return ast.unparse(left), expected
 
 
+VALUE = "_agenthub_value_"
+
+
+class Lifted:
+    """A test `assert EXPR` with its calls of the tested function taken out: `calls` are their
+    sources, for the child; `expr` is EXPR with call K replaced by the name `VALUE + K`."""
+
+    def __init__(self, calls: list[str], expr: ast.expr) -> None:
+        self.calls = calls
+        self.code = compile(ast.Expression(expr), "<test>", "eval")
+
+
+class _Lift(ast.NodeTransformer):
+    def __init__(self, entry: str) -> None:
+        self.entry = entry
+        self.calls: list[str] = []
+        self.scoped = 0
+        self.stuck = False
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        if not (isinstance(node.func, ast.Name) and node.func.id == self.entry):
+            return self.generic_visit(node)  # type: ignore[return-value]
+        if self.scoped:  # its arguments may name the comprehension's or lambda's variables
+            self.stuck = True
+            return node
+        name = ast.Name(f"{VALUE}{len(self.calls)}", ast.Load())
+        self.calls.append(ast.unparse(node))
+        return ast.copy_location(name, node)
+
+    def _scope(self, node: ast.AST) -> ast.AST:
+        self.scoped += 1
+        node = self.generic_visit(node)
+        self.scoped -= 1
+        return node
+
+    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = _scope
+    visit_GeneratorExp = _scope
+
+
+def lifted_check(test: str, entry: str, known: dict[str, Any]) -> Lifted | None:
+    """`test` as a `Lifted` when it is one `assert EXPR` whose calls of `entry` can be
+    evaluated apart from the rest; `known` holds the names EXPR may use besides builtins."""
+    try:
+        tree = ast.parse(test)
+    except SyntaxError:
+        return None
+    node = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(node, ast.Assert):
+        return None
+    lift = _Lift(entry)
+    expr = lift.visit(node.test)
+    if lift.stuck or not lift.calls:
+        return None
+    bound = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and not _loads(n)}
+    bound |= {a.arg for n in ast.walk(expr) if isinstance(n, ast.Lambda) for a in _args(n)}
+    allowed = known.keys() | bound | vars(builtins).keys()
+    loads = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and _loads(n)}
+    loads = {name for name in loads if not name.startswith(VALUE)}
+    if entry in loads or not loads <= allowed:
+        return None
+    return Lifted(lift.calls, ast.fix_missing_locations(expr))
+
+
+def _loads(name: ast.Name) -> bool:
+    return isinstance(name.ctx, ast.Load)
+
+
+def _args(node: ast.Lambda) -> list[ast.arg]:
+    a = node.args
+    rest = [x for x in (a.vararg, a.kwarg) if x is not None]
+    return [*a.posonlyargs, *a.args, *a.kwonlyargs, *rest]
+
+
+def setup_names(setup: str) -> dict[str, Any]:
+    """The names the task's setup code defines (it is the task's, not the tested code's), run
+    here before the tested code runs anywhere; empty when it needs the tested code."""
+    names: dict[str, Any] = {"__name__": "setup"}
+    try:
+        exec(compile(setup, "<setup>", "exec"), names)
+    except Exception:
+        return {}
+    return names
+
+
 def decode(data: Any) -> Any:
     """The inverse of the runner's `encode`."""
     if not isinstance(data, dict):
@@ -70,14 +159,44 @@ def judge(call: str, expected: Any, record: dict[str, Any]) -> str | None:
     return f"{call} returned {repr(value)[:200]}, expected {repr(expected)[:200]}"
 
 
-def run_child(config: dict[str, Any], checks: list[tuple[str, Any] | None]) -> bytes:
+def judge_lifted(lifted: Lifted, known: dict[str, Any], record: dict[str, Any]) -> str | None:
+    """None when the test holds on the child's values of the lifted calls, else what failed."""
+    values = record.get("values")
+    if not isinstance(values, list) or len(values) != len(lifted.calls):
+        return str(record.get("error") or "the tested function did not return")
+    try:
+        decoded = [decode(v) for v in values]
+    except (ValueError, TypeError, KeyError) as exc:
+        return f"the tested function returned something unreadable ({exc})"
+    names = {**known, **{f"{VALUE}{k}": v for k, v in enumerate(decoded)}}
+    try:
+        if eval(lifted.code, names):
+            return None
+        failure = "AssertionError"
+    except Exception as exc:
+        failure = f"{type(exc).__name__}: {str(exc)[:200]}"
+    returned = ", ".join(
+        f"{call} returned {repr(v)[:100]}" for call, v in zip(lifted.calls, decoded, strict=True)
+    )
+    return f"{failure} ({returned})"
+
+
+def _child_test(i: int, test: str, check: tuple[str, Any] | Lifted | None) -> dict[str, Any]:
+    if isinstance(check, Lifted):
+        return {"index": i, "calls": check.calls}
+    if check is not None:
+        return {"index": i, "left": check[0]}
+    return {"index": i, "exec": test}
+
+
+def run_child(config: dict[str, Any], checks: list[tuple[str, Any] | Lifted | None]) -> bytes:
     job = {
         "solution": config["solution"],
         "setup": config["setup"],
         "entry": config["entry"],
         "per_test_s": config["per_test_s"],
         "tests": [
-            {"index": i, "left": c[0]} if c else {"index": i, "exec": t}
+            _child_test(i, t, c)
             for i, (t, c) in enumerate(zip(config["tests"], checks, strict=True))
         ],
     }
@@ -98,7 +217,10 @@ def run_child(config: dict[str, Any], checks: list[tuple[str, Any] | None]) -> b
 
 
 def run(config: dict[str, Any], report: Report) -> None:
-    checks = [literal_check(t) for t in config["tests"]]
+    known = setup_names(config["setup"])
+    checks: list[tuple[str, Any] | Lifted | None] = [
+        literal_check(t) or lifted_check(t, config["entry"], known) for t in config["tests"]
+    ]
     seen: set[int] = set()
     for line in run_child(config, checks).decode("utf-8", "replace").splitlines():
         try:
@@ -117,12 +239,17 @@ def run(config: dict[str, Any], report: Report) -> None:
         check = checks[i]
         if check is None:  # run whole in the child: its word is taken
             report(test=i, passed=bool(record.get("passed")), error=record.get("error"))
+        elif isinstance(check, Lifted):
+            error = judge_lifted(check, known, record)
+            report(test=i, passed=error is None, error=error)
         else:
             error = judge(*check, record)
             report(test=i, passed=error is None, error=error)
 
 
 if __name__ == "__main__":
+    # The tested code may write files beside this one; nothing is imported from there later.
+    sys.path = [p for p in sys.path[1:] if p]
     nonce, config = read_job()
     harden()
     run(config, reporter(nonce, sys.stdout))
