@@ -229,6 +229,23 @@ async def test_tests_with_calls_inside_expressions_are_judged_outside_the_tested
     assert "area(2) returned 0.0" in step.observation[0].content
 
 
+async def test_a_call_that_changes_its_argument_is_tested_where_it_ran() -> None:
+    # The harness has its own `xs` from the setup, unsorted: this test must run in the child.
+    task = Task(
+        id="sort",
+        prompt="Write sort_in_place(xs).",
+        label=FunctionTests(
+            entry_point="sort_in_place",
+            setup="xs = [3, 1, 2]",
+            tests=("assert sort_in_place(xs) is None and xs == [1, 2, 3]",),
+        ).model_dump(mode="json"),
+    )
+    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=1)
+    await env.reset(task, seed=0)
+    step = await env.step(fenced("def sort_in_place(xs):\n    xs.sort()"))
+    assert step.reward == 1.0, step.info
+
+
 async def test_a_sandbox_failure_is_a_typed_outcome_not_an_exception() -> None:
     gone = ExecResult(ExecStatus.SANDBOX_ERROR, detail="the Docker engine does not answer")
     env = CodeExecEnv(sandbox=FakeSandbox(lambda request: gone), max_turns=2)

@@ -4,12 +4,13 @@ The tested code runs in a child process (`runner.py`) that never sees an expecte
 a test `assert CALL == LITERAL` the child sends back CALL's value as plain data and this
 process compares it with the literal. For any other single `assert EXPR` whose calls of the
 tested function can be lifted out (not inside a comprehension or lambda, the function not
-passed as a value, every other name a builtin or defined by the task's setup), the child sends
-back the value of each such call and this process evaluates EXPR on them (`math.isclose(f(x),
-y)`, `abs(f(3) - 1.5) < 1e-9`, `f(4) == f(2) * 2`). So neither patching the harness or a module
-the test uses, forging report lines nor returning an object that equals everything can pass
-such a test. Only the forms left (several statements, `check(candidate)`, calls inside a
-comprehension) run whole in the child, which says whether they passed.
+passed as a value, every other name a builtin or defined by the task's setup, and none given
+to a call and read again after it), the child sends back the value of each such call and this
+process evaluates EXPR on them (`math.isclose(f(x), y)`, `abs(f(3) - 1.5) < 1e-9`,
+`f(4) == f(2) * 2`). So neither patching the harness or a module the test uses, forging report
+lines nor returning an object that equals everything can pass such a test. Only the forms left
+(several statements, `check(candidate)`, calls inside a comprehension) run whole in the child,
+which says whether they passed.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class _Lift(ast.NodeTransformer):
     def __init__(self, entry: str) -> None:
         self.entry = entry
         self.calls: list[str] = []
+        self.passed: set[str] = set()  # the names the calls' arguments use
         self.scoped = 0
         self.stuck = False
 
@@ -74,6 +76,7 @@ class _Lift(ast.NodeTransformer):
             return node
         name = ast.Name(f"{VALUE}{len(self.calls)}", ast.Load())
         self.calls.append(ast.unparse(node))
+        self.passed |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {self.entry}
         return ast.copy_location(name, node)
 
     def _scope(self, node: ast.AST) -> ast.AST:
@@ -107,6 +110,9 @@ def lifted_check(test: str, entry: str, known: dict[str, Any]) -> Lifted | None:
     loads = {name for name in loads if not name.startswith(VALUE)}
     if entry in loads or not loads <= allowed:
         return None
+    if loads & lift.passed - vars(builtins).keys():
+        return None  # `f(xs) is None and xs == [1, 2]`: the call may change what it was given
+
     return Lifted(lift.calls, ast.fix_missing_locations(expr))
 
 
