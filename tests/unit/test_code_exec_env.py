@@ -23,13 +23,15 @@ from agenthub.testing import check_env
 
 pytestmark = pytest.mark.anyio
 
-ADD = Task(
-    id="add",
-    prompt="Write add(a, b).",
-    label=FunctionTests(
-        entry_point="add",
-        tests=("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"),
-    ).model_dump(mode="json"),
+
+def function_task(entry: str, *tests: str, setup: str = "") -> Task:
+    """A task asking for `entry`, checked by assert-style `tests` after `setup`."""
+    label = FunctionTests(entry_point=entry, setup=setup, tests=tests)
+    return Task(id=entry, prompt=f"Write {entry}.", label=label.model_dump(mode="json"))
+
+
+ADD = function_task(
+    "add", "assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 0"
 )
 
 
@@ -171,19 +173,13 @@ async def test_code_that_tries_to_forge_its_results_passes_nothing(how: str) -> 
 
 
 async def test_tests_that_are_not_literal_comparisons_still_run() -> None:
-    task = Task(
-        id="close",
-        prompt="Write half(x).",
-        label=FunctionTests(
-            entry_point="half",
-            tests=(
-                "assert abs(half(3) - 1.5) < 1e-9",
-                "assert half(4) == half(2) * 2",
-                "assert half(2)",
-                "assert half(1) == 0.5",
-                "assert half(8) == (4.0)",
-            ),
-        ).model_dump(mode="json"),
+    task = function_task(
+        "half",
+        "assert abs(half(3) - 1.5) < 1e-9",
+        "assert half(4) == half(2) * 2",
+        "assert half(2)",
+        "assert half(1) == 0.5",
+        "assert half(8) == (4.0)",
     )
     env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=2)
     await env.reset(task, seed=0)
@@ -194,19 +190,13 @@ async def test_tests_that_are_not_literal_comparisons_still_run() -> None:
     assert right.reward == 1.0 and right.terminated
 
 
-AREA = Task(
-    id="area",
-    prompt="Write area(r), the area of a circle of radius r.",
-    label=FunctionTests(
-        entry_point="area",
-        setup="import math",
-        tests=(
-            "assert math.isclose(area(2), 12.566, rel_tol=1e-3)",
-            "assert abs(area(1) - 3.14159) < 1e-3",
-            "assert area(3) > area(2) > 0, 'grows with r'",
-            "assert all(area(r) > 0 for r in range(1, 4))",  # not liftable: runs in the child
-        ),
-    ).model_dump(mode="json"),
+AREA = function_task(
+    "area",
+    "assert math.isclose(area(2), 12.566, rel_tol=1e-3)",
+    "assert abs(area(1) - 3.14159) < 1e-3",
+    "assert area(3) > area(2) > 0, 'grows with r'",
+    "assert all(area(r) > 0 for r in range(1, 4))",  # not liftable: runs in the child
+    setup="import math",
 )
 
 
@@ -231,14 +221,10 @@ async def test_tests_with_calls_inside_expressions_are_judged_outside_the_tested
 
 async def test_a_call_that_changes_its_argument_is_tested_where_it_ran() -> None:
     # The harness has its own `xs` from the setup, unsorted: this test must run in the child.
-    task = Task(
-        id="sort",
-        prompt="Write sort_in_place(xs).",
-        label=FunctionTests(
-            entry_point="sort_in_place",
-            setup="xs = [3, 1, 2]",
-            tests=("assert sort_in_place(xs) is None and xs == [1, 2, 3]",),
-        ).model_dump(mode="json"),
+    task = function_task(
+        "sort_in_place",
+        "assert sort_in_place(xs) is None and xs == [1, 2, 3]",
+        setup="xs = [3, 1, 2]",
     )
     env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=1)
     await env.reset(task, seed=0)
