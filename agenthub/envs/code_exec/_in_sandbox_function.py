@@ -30,9 +30,24 @@ from harness_common import (  # type: ignore[import-not-found]
     reporter,
 )
 
+VALUE = "_agenthub_value_"
 
-def literal_check(test: str) -> tuple[str, Any] | None:
-    """(CALL source, expected value) for `assert CALL == LITERAL`, else None."""
+
+class Lifted:
+    """A test `assert EXPR` with its calls of the tested function taken out: `calls` are their
+    sources, for the child; `code` is EXPR compiled with call K replaced by the name
+    `VALUE + K`, for this process. `expected` holds the literal of `assert CALL == LITERAL`,
+    for the feedback."""
+
+    def __init__(self, calls: list[str], expr: ast.expr, expected: tuple[Any, ...] = ()) -> None:
+        self.calls = calls
+        self.code = compile(ast.Expression(ast.fix_missing_locations(expr)), "<test>", "eval")
+        self.expected = expected
+
+
+def literal_check(test: str) -> Lifted | None:
+    """`assert CALL == LITERAL` as a `Lifted` whose one call is CALL (any expression), else
+    None."""
     try:
         tree = ast.parse(test)
     except SyntaxError:
@@ -45,19 +60,8 @@ def literal_check(test: str) -> tuple[str, Any] | None:
         expected = ast.literal_eval(right)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
-    return ast.unparse(left), expected
-
-
-VALUE = "_agenthub_value_"
-
-
-class Lifted:
-    """A test `assert EXPR` with its calls of the tested function taken out: `calls` are their
-    sources, for the child; `expr` is EXPR with call K replaced by the name `VALUE + K`."""
-
-    def __init__(self, calls: list[str], expr: ast.expr) -> None:
-        self.calls = calls
-        self.code = compile(ast.Expression(expr), "<test>", "eval")
+    compare = ast.Compare(ast.Name(f"{VALUE}0", ast.Load()), [ast.Eq()], [right])
+    return Lifted([ast.unparse(left)], compare, (expected,))
 
 
 class _Lift(ast.NodeTransformer):
@@ -112,8 +116,7 @@ def lifted_check(test: str, entry: str, known: dict[str, Any]) -> Lifted | None:
         return None
     if loads & lift.passed - vars(builtins).keys():
         return None  # `f(xs) is None and xs == [1, 2]`: the call may change what it was given
-
-    return Lifted(lift.calls, ast.fix_missing_locations(expr))
+    return Lifted(lift.calls, expr)
 
 
 def _loads(name: ast.Name) -> bool:
@@ -132,8 +135,8 @@ def setup_names(setup: str) -> dict[str, Any]:
     names: dict[str, Any] = {"__name__": "setup"}
     try:
         exec(compile(setup, "<setup>", "exec"), names)
-    except Exception:
-        return {}
+    except Exception:  # it needs the tested code: no test may use its names here, the child
+        return {}  # runs those tests whole, and the setup's error shows when the child runs it
     return names
 
 
@@ -152,20 +155,7 @@ def decode(data: Any) -> Any:
     return containers[kind](decode(x) for x in items)
 
 
-def judge(call: str, expected: Any, record: dict[str, Any]) -> str | None:
-    """None when the child's value for `call` equals `expected`, else what went wrong."""
-    if "value" not in record:
-        return str(record.get("error") or f"{call} did not return")
-    try:
-        value = decode(record["value"])
-    except (ValueError, TypeError, KeyError) as exc:
-        return f"{call} returned something unreadable ({exc})"
-    if value == expected:
-        return None
-    return f"{call} returned {repr(value)[:200]}, expected {repr(expected)[:200]}"
-
-
-def judge_lifted(lifted: Lifted, known: dict[str, Any], record: dict[str, Any]) -> str | None:
+def judge(lifted: Lifted, known: dict[str, Any], record: dict[str, Any]) -> str | None:
     """None when the test holds on the child's values of the lifted calls, else what failed."""
     values = record.get("values")
     if not isinstance(values, list) or len(values) != len(lifted.calls):
@@ -181,21 +171,22 @@ def judge_lifted(lifted: Lifted, known: dict[str, Any], record: dict[str, Any]) 
         failure = "AssertionError"
     except Exception as exc:
         failure = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if lifted.expected and failure == "AssertionError":
+        value, expected = decoded[0], lifted.expected[0]
+        return f"{lifted.calls[0]} returned {repr(value)[:200]}, expected {repr(expected)[:200]}"
     returned = ", ".join(
         f"{call} returned {repr(v)[:100]}" for call, v in zip(lifted.calls, decoded, strict=True)
     )
     return f"{failure} ({returned})"
 
 
-def _child_test(i: int, test: str, check: tuple[str, Any] | Lifted | None) -> dict[str, Any]:
-    if isinstance(check, Lifted):
-        return {"index": i, "calls": check.calls}
-    if check is not None:
-        return {"index": i, "left": check[0]}
-    return {"index": i, "exec": test}
+def _child_test(i: int, test: str, check: Lifted | None) -> dict[str, Any]:
+    if check is None:
+        return {"index": i, "exec": test}
+    return {"index": i, "calls": check.calls}
 
 
-def run_child(config: dict[str, Any], checks: list[tuple[str, Any] | Lifted | None]) -> bytes:
+def run_child(config: dict[str, Any], checks: list[Lifted | None]) -> bytes:
     job = {
         "solution": config["solution"],
         "setup": config["setup"],
@@ -224,7 +215,7 @@ def run_child(config: dict[str, Any], checks: list[tuple[str, Any] | Lifted | No
 
 def run(config: dict[str, Any], report: Report) -> None:
     known = setup_names(config["setup"])
-    checks: list[tuple[str, Any] | Lifted | None] = [
+    checks: list[Lifted | None] = [
         literal_check(t) or lifted_check(t, config["entry"], known) for t in config["tests"]
     ]
     seen: set[int] = set()
@@ -245,11 +236,8 @@ def run(config: dict[str, Any], report: Report) -> None:
         check = checks[i]
         if check is None:  # run whole in the child: its word is taken
             report(test=i, passed=bool(record.get("passed")), error=record.get("error"))
-        elif isinstance(check, Lifted):
-            error = judge_lifted(check, known, record)
-            report(test=i, passed=error is None, error=error)
         else:
-            error = judge(*check, record)
+            error = judge(check, known, record)
             report(test=i, passed=error is None, error=error)
 
 

@@ -1,11 +1,10 @@
 """Runs the tested code and its tests in a child process of the function harness.
 
-It never sees an expected value: for a test `assert CALL == LITERAL` it evaluates CALL, and
-for other tests the harness could lift them out of it evaluates each call of the tested
-function, and sends the values back as plain data for the harness to judge; any other test
-runs whole here and is reported as passed or not. Input: one JSON job on stdin. Output: one
-JSON line per test on the stdout it started with; the tested code's own prints go to
-/dev/null.
+It never sees an expected value: for the tests the harness can judge itself (`assert CALL ==
+LITERAL`, and others whose calls of the tested function it can lift out) it evaluates only
+those calls and sends their values back as plain data; any other test runs whole here and is
+reported as passed or not. Input: one JSON job on stdin. Output: one JSON line per test on the
+stdout it started with; the tested code's own prints go to /dev/null.
 """
 
 from __future__ import annotations
@@ -54,9 +53,6 @@ def _assert_equal(left_side: ast.expr, right_side: ast.expr, ns: dict[str, Any])
 
 
 def run_test(test: dict[str, Any], ns: dict[str, Any]) -> dict[str, Any]:
-    if "left" in test:
-        value = eval(compile(test["left"], "<test>", "eval"), ns)
-        return {"value": encode(value)}
     if "calls" in test:
         values = [eval(compile(call, "<test>", "eval"), ns) for call in test["calls"]]
         return {"values": [encode(v) for v in values]}
