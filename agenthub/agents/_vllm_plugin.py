@@ -6,8 +6,9 @@ queue. A reader of that queue spins (`sched_yield` in a loop) for a whole second
 message before it sleeps on a socket, so while episodes keep sending requests the worker, and
 the engine core while the worker computes, each hold a core. On a GPU machine that buys latency
 with cores nobody else needs. On a CPU machine the same cores run the model, the sandboxes and
-the learner: measured on 2 cores, the spinning took about as much CPU as the model itself and
-made every sandboxed program about 4x slower (see `benchmarks/engine_spin.py`).
+the learner: measured on 2 cores, the spinning took about as much CPU as the model itself,
+sandboxed programs took about twice as long and code_exec episodes ran at 0.55x the rate they
+reach with the cap (`benchmarks/engine_spin.py`).
 
 With `AGENTHUB_VLLM_SPIN_S` set (the in-process engine sets it on machines without a GPU) a
 reader spins at most that long before it sleeps; the writer wakes a sleeping reader on every
