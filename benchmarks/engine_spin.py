@@ -86,7 +86,8 @@ async def child(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-def measure(spin_s: float, args: argparse.Namespace) -> dict[str, float]:
+def measure(spin_s: float) -> dict[str, float]:
+    """Run this script's child side (same arguments) in a fresh process with `spin_s`."""
     env = {**os.environ, SPIN_ENV: str(spin_s)}
     command = [sys.executable, __file__, "--child", *sys.argv[1:]]
     done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
@@ -110,7 +111,7 @@ def main() -> None:
     totals: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
     # Each side in a fresh process, twice, alternating (ABBA): the machine is shared.
     for name in [*sides, *reversed(sides)]:
-        result = measure(sides[name], args)
+        result = measure(sides[name])
         totals[name].append(result)
         print(
             f"{name} ({SPIN_ENV}={sides[name]}): {result['episodes_per_s']:.2f} episodes/s, "
