@@ -56,6 +56,46 @@ async def test_the_tested_code_cannot_look_into_the_harness_process(backend: str
     assert "PermissionError" in step.observation[0].content
 
 
+# Looks for `double(N) == M` in the tested process's memory and in its stdin read again from
+# the start (the sandboxes hand the harness its job in a seekable memfd).
+SNOOP = r"""
+import gc, os, re
+try:
+    os.lseek(0, 0, os.SEEK_SET)
+except OSError:
+    pass
+try:
+    text = os.read(0, 1 << 20).decode(errors="replace")
+except OSError:
+    text = ""
+text += repr([o for o in gc.get_objects() if isinstance(o, (dict, list, tuple))])
+table = {int(a): int(b) for a, b in re.findall(r"double\((\d+)\) == (\d+)", text)}
+def double(x):
+    return table.get(x, -1)
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+async def test_the_tested_code_cannot_find_the_expected_values(backend: str) -> None:
+    task = agenthub.Task(
+        id="double",
+        prompt="Write double(x).",
+        label={
+            "kind": "function",
+            "entry_point": "double",
+            "tests": ["assert double(21) == 42", "assert double(5) == 10"],
+        },
+    )
+    env = agenthub.make("code_exec", backend=backend, max_turns=1)
+    try:
+        await env.reset(task, seed=0)
+        step = await env.step(f"```python\n{SNOOP}```")
+    finally:
+        await env.aclose()
+    assert step.info["passed"] == 0, step.info
+
+
 @pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["docker", "bwrap"])
 async def test_patching_what_a_test_uses_does_not_pass_it(backend: str) -> None:

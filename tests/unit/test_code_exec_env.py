@@ -152,6 +152,24 @@ FORGERIES = {
         "table = {(int(a), int(b)): int(c) for a, b, c in pairs}\n"
         "def add(a, b): return table.get((a, b), 0)"
     ),
+    "searches its own memory for the expected values": (
+        "import gc, re\n"
+        "text = repr([o for o in gc.get_objects() if isinstance(o, (dict, list, tuple))])\n"
+        "pairs = re.findall(r'add\\((\\d+), (\\d+)\\) == (\\d+)', text)\n"
+        "table = {(int(a), int(b)): int(c) for a, b, c in pairs}\n"
+        "def add(a, b): return table.get((a, b), 0)"
+    ),
+    "reads the job again from its stdin": (
+        "import os, re\n"
+        "try:\n"
+        "    os.lseek(0, 0, os.SEEK_SET)\n"
+        "except OSError:\n"
+        "    pass\n"
+        "text = os.read(0, 1 << 20).decode(errors='replace')\n"
+        "pairs = re.findall(r'add\\((\\d+), (\\d+)\\) == (\\d+)', text)\n"
+        "table = {(int(a), int(b)): int(c) for a, b, c in pairs}\n"
+        "def add(a, b): return table.get((a, b), 0)"
+    ),
     "writes passing lines to every open descriptor": (
         "import os, json\n"
         "line = (json.dumps({'test': 0, 'passed': True}) + '\\n').encode()\n"

@@ -11,6 +11,10 @@ process evaluates EXPR on them (`math.isclose(f(x), y)`, `abs(f(3) - 1.5) < 1e-9
 lines nor returning an object that equals everything can pass such a test. Only the forms left
 (several statements, `check(candidate)`, calls inside a comprehension) run whole in the child,
 which says whether they passed.
+
+The child is forked before this process reads its job (nothing it inherits holds an expected
+value or the nonce) and gets its job through a pipe: one interpreter start-up and one round of
+imports per run instead of two.
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import subprocess
+import os
+import selectors
+import signal
 import sys
+import time
 from typing import Any
 
+import runner  # type: ignore[import-not-found]
 from harness_common import (  # type: ignore[import-not-found]
     Report,
     equality,
@@ -186,7 +194,61 @@ def _child_test(i: int, test: str, check: Lifted | None) -> dict[str, Any]:
     return {"index": i, "calls": check.calls}
 
 
-def run_child(config: dict[str, Any], checks: list[Lifted | None]) -> bytes:
+class Child:
+    """The process that runs the tested code (`runner.main`), forked when made: make it before
+    reading the job. Its stdin is a pipe from this process (the job's stdin, which holds the
+    expected values, is not open in it), its stdout and stderr are pipes to this process."""
+
+    def __init__(self) -> None:
+        job_r, self._job = os.pipe()
+        self._out, out_w = os.pipe()
+        self._err, err_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            for fd, target in ((job_r, 0), (out_w, 1), (err_w, 2)):
+                os.dup2(fd, target)
+            for fd in (job_r, self._job, self._out, out_w, self._err, err_w):
+                os.close(fd)
+            code = 1
+            try:
+                runner.main()
+                code = 0
+            finally:
+                os._exit(code)  # never back into this process's code, and no atexit of its own
+        for fd in (job_r, out_w, err_w):
+            os.close(fd)
+
+    def run(self, job: dict[str, Any], limit_s: float) -> tuple[bytes, bytes]:
+        """Send `job`, then what the child printed on stdout and stderr until it closed them
+        or `limit_s` passed (then it is killed)."""
+        try:
+            with os.fdopen(self._job, "wb") as pipe:  # read whole before it prints anything
+                pipe.write(json.dumps(job).encode())
+        except BrokenPipeError:  # it died first: its stderr says why
+            pass
+        printed: dict[int, list[bytes]] = {self._out: [], self._err: []}
+        deadline = time.monotonic() + limit_s
+        with selectors.DefaultSelector() as selector:
+            for fd in printed:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    os.kill(self.pid, signal.SIGKILL)
+                    break
+                for key, _ in selector.select(left):
+                    data = os.read(key.fd, 1 << 16)
+                    if data:
+                        printed[key.fd].append(data)
+                    else:
+                        selector.unregister(key.fd)
+        os.waitpid(self.pid, 0)
+        for fd in printed:
+            os.close(fd)
+        return b"".join(printed[self._out]), b"".join(printed[self._err])
+
+
+def run_child(child: Child, config: dict[str, Any], checks: list[Lifted | None]) -> bytes:
     job = {
         "solution": config["solution"],
         "setup": config["setup"],
@@ -198,28 +260,18 @@ def run_child(config: dict[str, Any], checks: list[Lifted | None]) -> bytes:
         ],
     }
     limit = float(config["per_test_s"]) * (len(checks) + 1) + 1  # inside the sandbox budget
-    try:
-        done = subprocess.run(
-            [sys.executable, "runner.py"],
-            input=json.dumps(job).encode(),
-            capture_output=True,
-            timeout=limit,
-            check=False,
-        )
-        printed, errors = done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        printed, errors = exc.stdout or b"", exc.stderr or b""
+    printed, errors = child.run(job, limit)
     sys.stderr.write(errors.decode("utf-8", "replace")[-4000:])
     return printed
 
 
-def run(config: dict[str, Any], report: Report) -> None:
+def run(child: Child, config: dict[str, Any], report: Report) -> None:
     known = setup_names(config["setup"])
     checks: list[Lifted | None] = [
         literal_check(t) or lifted_check(t, config["entry"], known) for t in config["tests"]
     ]
     seen: set[int] = set()
-    for line in run_child(config, checks).decode("utf-8", "replace").splitlines():
+    for line in run_child(child, config, checks).decode("utf-8", "replace").splitlines():
         try:
             record = json.loads(line)
         except ValueError:
@@ -244,6 +296,7 @@ def run(config: dict[str, Any], report: Report) -> None:
 if __name__ == "__main__":
     # The tested code may write files beside this one; nothing is imported from there later.
     sys.path = [p for p in sys.path[1:] if p]
+    child = Child()  # before the job is read
     nonce, config = read_job()
     harden()
-    run(config, reporter(nonce, sys.stdout))
+    run(child, config, reporter(nonce, sys.stdout))

@@ -1,4 +1,5 @@
-"""Runs the tested code and its tests in a child process of the function harness.
+"""Runs the tested code and its tests in a child process of the function harness, which forks
+it and calls `main` there.
 
 It never sees an expected value: for the tests the harness can judge itself (`assert CALL ==
 LITERAL`, and others whose calls of the tested function it can lift out) it evaluates only
@@ -107,7 +108,3 @@ def main() -> None:
             result = {"passed": False, "error": tail(exc)}
         send(test=test["index"], **result)
     return None
-
-
-if __name__ == "__main__":
-    main()
