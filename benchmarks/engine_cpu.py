@@ -1,15 +1,16 @@
-"""Rollout throughput on a CPU machine with vLLM's own wait loop against agenthub's spin cap.
+"""Rollout throughput on a CPU machine: vLLM's own CPU set-up against agenthub's.
 
-vLLM's engine core and its worker wait on each other by spinning for a second after every
-message. On a machine without a GPU the in-process engine caps that spin (`CPU_SPIN_S`, through
-the plugin in agenthub/agents/_vllm_plugin.py), so the cores go to the model, the sandboxed
-programs and the learner instead. This runs the same code_exec episodes (the embedded default
-model, held-out tasks, the Docker sandbox, training's sampling settings) with vLLM's spin
-(`AGENTHUB_VLLM_SPIN_S=1`, what vLLM does by itself) and with agenthub's cap, each in a fresh
-process, alternating, and reports episodes per second, the machine's CPU use and how long the
-sandboxed programs took. The last line is agenthub's episodes/s over vLLM's own (target > 1).
+vLLM's CPU default runs the model in a worker process beside the engine core, and the two hand
+every step to each other through a shared-memory queue whose reader spins for a second after
+each message. On a machine without a GPU the in-process engine runs the model in the engine
+core's process instead (vLLM's single-process executor), so the cores go to the model, the
+sandboxed programs and the learner. This runs the same code_exec episodes (the embedded default
+model, held-out tasks, the Docker sandbox, training's sampling settings) both ways, each in a
+fresh process, alternating, and reports episodes per second, the machine's CPU use and how
+long the sandboxed programs took. The last line is agenthub's episodes/s over vLLM's own set-up
+(target > 1).
 
-    python benchmarks/engine_spin.py [--tasks 16] [--samples 8] [--rounds 2]
+    python benchmarks/engine_cpu.py [--tasks 16] [--samples 8] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -25,10 +25,7 @@ import time
 
 import psutil
 
-from agenthub.agents._vllm import CPU_SPIN_S
-from agenthub.agents._vllm_plugin import SPIN_ENV
-
-VLLM_OWN_SPIN_S = 1.0  # vLLM's SpinCondition default
+VLLM_OWN = "mp"  # what vLLM's CPU platform picks: a worker process beside the engine core
 
 
 async def child(args: argparse.Namespace) -> dict[str, float]:
@@ -57,7 +54,8 @@ async def child(args: argparse.Namespace) -> dict[str, float]:
 
     model = ensure_default_model()
     tasks = list(itertools.islice(make("code_exec").tasks("held_out"), args.tasks))
-    engine = VLLMEngine(model, max_num_seqs=args.concurrency)
+    executor = {"distributed_executor_backend": args.executor} if args.executor else {}
+    engine = VLLMEngine(model, max_num_seqs=args.concurrency, **executor)
     config = RolloutConfig(
         sampling=SamplingParams(max_tokens=160, temperature=1.0, seed=0),
         max_turns=3,
@@ -86,11 +84,11 @@ async def child(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-def measure(spin_s: float) -> dict[str, float]:
-    """Run this script's child side (same arguments) in a fresh process with `spin_s`."""
-    env = {**os.environ, SPIN_ENV: str(spin_s)}
-    command = [sys.executable, __file__, "--child", *sys.argv[1:]]
-    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True, check=True)
+def measure(executor: str) -> dict[str, float]:
+    """Run this script's child side (same arguments) in a fresh process with `executor`
+    (empty: the engine's own choice)."""
+    command = [sys.executable, __file__, "--child", f"--executor={executor}", *sys.argv[1:]]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -102,27 +100,28 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--executor", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(child(args))))
         return
     print(f"{psutil.cpu_count()} cores; {args.tasks} code_exec tasks x {args.samples} episodes")
-    sides = {"vLLM's own spin": VLLM_OWN_SPIN_S, "agenthub's cap": CPU_SPIN_S}
+    sides = {"vLLM's CPU set-up": VLLM_OWN, "agenthub's": ""}
     totals: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
     # Each side in a fresh process, twice, alternating (ABBA): the machine is shared.
     for name in [*sides, *reversed(sides)]:
         result = measure(sides[name])
         totals[name].append(result)
         print(
-            f"{name} ({SPIN_ENV}={sides[name]}): {result['episodes_per_s']:.2f} episodes/s, "
+            f"{name}: {result['episodes_per_s']:.2f} episodes/s, "
             f"CPU {result['cpu_busy']:.0%} busy, sandboxed program {result['program_s']:.3f} s",
             flush=True,
         )
     rate = {
         name: statistics.mean(r["episodes_per_s"] for r in runs) for name, runs in totals.items()
     }
-    ratio = rate["agenthub's cap"] / rate["vLLM's own spin"]
-    print(f"engine_spin: episodes/s with agenthub's cap / with vLLM's own spin = {ratio:.2f}")
+    ratio = rate["agenthub's"] / rate["vLLM's CPU set-up"]
+    print(f"engine_cpu: episodes/s with agenthub's engine set-up / with vLLM's own = {ratio:.2f}")
 
 
 if __name__ == "__main__":
