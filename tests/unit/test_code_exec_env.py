@@ -183,9 +183,11 @@ FORGERIES = {
 
 @pytest.mark.parametrize("how", sorted(FORGERIES))
 async def test_code_that_tries_to_forge_its_results_passes_nothing(how: str) -> None:
-    env = CodeExecEnv(sandbox=FakeSandbox(), max_turns=1)
-    await env.reset(ADD, seed=0)
-    step = await env.step(fenced(FORGERIES[how]))
+    # A real process per program, its stdin a memfd as in the isolating sandboxes.
+    async with UnisolatedSandbox() as sandbox:
+        env = CodeExecEnv(sandbox=sandbox, max_turns=1)
+        await env.reset(ADD, seed=0)
+        step = await env.step(fenced(FORGERIES[how]))
     # add(0, 0) == 0 is the one test that `return 0` passes honestly.
     assert step.reward <= 1 / 3 + 1e-9, (how, step.info)
 

@@ -27,6 +27,7 @@ import selectors
 import signal
 import sys
 import time
+import traceback
 from typing import Any
 
 import runner  # type: ignore[import-not-found]
@@ -39,6 +40,7 @@ from harness_common import (  # type: ignore[import-not-found]
 )
 
 VALUE = "_agenthub_value_"
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Lifted:
@@ -205,15 +207,19 @@ class Child:
         self._err, err_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
-            for fd, target in ((job_r, 0), (out_w, 1), (err_w, 2)):
-                os.dup2(fd, target)
-            for fd in (job_r, self._job, self._out, out_w, self._err, err_w):
-                os.close(fd)
             code = 1
             try:
+                for fd, target in ((job_r, 0), (out_w, 1), (err_w, 2)):
+                    os.dup2(fd, target)
+                for fd in (job_r, self._job, self._out, out_w, self._err, err_w):
+                    os.close(fd)
+                sys.path.insert(0, HERE)  # as for a script here: the tested code may import
                 runner.main()
                 code = 0
+            except BaseException:
+                traceback.print_exc()
             finally:
+                sys.stderr.flush()
                 os._exit(code)  # never back into this process's code, and no atexit of its own
         for fd in (job_r, out_w, err_w):
             os.close(fd)
