@@ -97,7 +97,9 @@ class VLLMEngine(InferenceEngine):
     for a second after each message: on a machine whose few cores also run the sandboxes and
     the learner, the two processes held about two cores, and sandboxed programs took twice as
     long. Here the engine core runs the model itself (vLLM's single-process executor, as on a
-    GPU), which `benchmarks/engine_cpu.py` measures.
+    GPU), which `benchmarks/engine_cpu.py` measures; vLLM's set-up stays where the model is
+    split across processes (tensor or pipeline parallel) or `VLLM_CPU_OMP_THREADS_BIND` asks
+    for pinning.
     """
 
     def __init__(
@@ -139,11 +141,16 @@ class VLLMEngine(InferenceEngine):
             # request's prefill is split across steps; whole prefills avoid that path.
             options["enable_chunked_prefill"] = False
             # The model in the engine core's process, no worker to wait on. vLLM's CPU platform
-            # turns the name "uni" into "mp" (its OpenMP pinning needs a process of its own,
-            # and there is no pinning here), so the executor is given as a class.
-            from vllm.v1.executor.uniproc_executor import UniProcExecutor
+            # turns the name "uni" into "mp" (its OpenMP pinning needs a process of its own),
+            # so the executor is given as a class, where nothing is pinned and one process
+            # holds the whole model.
+            ranks = int(engine_kwargs.get("tensor_parallel_size", 1)) * int(
+                engine_kwargs.get("pipeline_parallel_size", 1)
+            )
+            if ranks == 1 and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind":
+                from vllm.v1.executor.uniproc_executor import UniProcExecutor
 
-            options["distributed_executor_backend"] = UniProcExecutor
+                options["distributed_executor_backend"] = UniProcExecutor
         args = AsyncEngineArgs(**{**options, **engine_kwargs})
         self.model = str(model)
         self._llm = AsyncLLM.from_engine_args(args)
