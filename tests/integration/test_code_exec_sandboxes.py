@@ -56,6 +56,11 @@ async def test_the_tested_code_cannot_look_into_the_harness_process(backend: str
     assert "PermissionError" in step.observation[0].content
 
 
+def function_task(entry: str, *tests: str, setup: str = "") -> agenthub.Task:
+    label = {"kind": "function", "entry_point": entry, "setup": setup, "tests": list(tests)}
+    return agenthub.Task(id=entry, prompt=f"Write {entry}.", label=label)
+
+
 # Looks for `double(N) == M` in the tested process's memory and in its stdin read again from
 # the start (the sandboxes hand the harness its job in a seekable memfd).
 SNOOP = r"""
@@ -78,15 +83,7 @@ def double(x):
 @pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["docker", "bwrap"])
 async def test_the_tested_code_cannot_find_the_expected_values(backend: str) -> None:
-    task = agenthub.Task(
-        id="double",
-        prompt="Write double(x).",
-        label={
-            "kind": "function",
-            "entry_point": "double",
-            "tests": ["assert double(21) == 42", "assert double(5) == 10"],
-        },
-    )
+    task = function_task("double", "assert double(21) == 42", "assert double(5) == 10")
     env = agenthub.make("code_exec", backend=backend, max_turns=1)
     try:
         await env.reset(task, seed=0)
@@ -101,18 +98,11 @@ async def test_the_tested_code_cannot_find_the_expected_values(backend: str) -> 
 async def test_patching_what_a_test_uses_does_not_pass_it(backend: str) -> None:
     # `math.isclose(f(x), y)` is judged by the harness on the value f(x) returned, so patching
     # math.isclose inside the tested process changes nothing.
-    task = agenthub.Task(
-        id="area",
-        prompt="Write area(r).",
-        label={
-            "kind": "function",
-            "entry_point": "area",
-            "setup": "import math",
-            "tests": [
-                "assert math.isclose(area(2), 12.566, rel_tol=1e-3)",
-                "assert abs(area(1) - 3.14159) < 1e-3",
-            ],
-        },
+    task = function_task(
+        "area",
+        "assert math.isclose(area(2), 12.566, rel_tol=1e-3)",
+        "assert abs(area(1) - 3.14159) < 1e-3",
+        setup="import math",
     )
     honest = "```python\nimport math\ndef area(r):\n    return math.pi * r * r\n```"
     forged = (
