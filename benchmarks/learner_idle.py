@@ -58,6 +58,16 @@ def run(mode: str, env: str, steps: int, staleness: int, overrides: list[str], o
         "learn_s": statistics.mean(r["learner/learn_s"] for r in measured),
         "staleness_mean": statistics.mean(r["staleness/mean"] for r in measured),
         "reward": statistics.mean(r["train/reward"] for r in measured),
+        # The rollout work behind a step: turns and tokens, and groups played but not trained
+        # (too stale, or all scores equal).
+        "mean_turns": statistics.mean(r["train/mean_turns"] for r in measured),
+        "trained_tokens": statistics.mean(r["train/generated_tokens"] for r in measured),
+        "rollout_tokens": statistics.mean(
+            r["tokens_per_s"] * r["learner/step_s"] for r in measured
+        ),
+        "groups_stale": sum(r["groups/stale"] for r in measured),
+        "groups_filtered": sum(r["groups/filtered"] for r in measured),
+        "groups_trained": sum(r["groups/trained"] for r in measured),
         "cpu_busy": cpu_busy,
     }
     print(json.dumps(result), flush=True)
@@ -88,6 +98,14 @@ def main() -> None:
         f"wall time per step: async {asynchronous['step_s']:.2f} s, sync {sync['step_s']:.2f} s "
         "(target: async <= 0.6x sync)"
     )
+    for name, run_ in (("async", asynchronous), ("sync", sync)):
+        played = run_["groups_trained"] + run_["groups_stale"] + run_["groups_filtered"]
+        print(
+            f"rollout work per step, {name}: {run_['rollout_tokens']:.0f} tokens generated, "
+            f"{run_['trained_tokens']:.0f} trained, {run_['mean_turns']:.2f} turns an episode; "
+            f"groups not trained: {run_['groups_stale']} stale, {run_['groups_filtered']} "
+            f"all-equal (of {played})"
+        )
     print(f"async/sync wall time per step: {asynchronous['step_s'] / sync['step_s']:.2f}")
 
 
