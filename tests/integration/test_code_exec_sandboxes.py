@@ -11,6 +11,7 @@ import pytest
 
 import agenthub
 from agenthub.envs.code_exec import generate_tasks, read_code_tasks
+from tests.code_tasks import function_task
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -54,11 +55,6 @@ async def test_the_tested_code_cannot_look_into_the_harness_process(backend: str
     assert entry is not None, "the first held-out task tests a function"
     assert step.reward == 0.0 and not step.done
     assert "PermissionError" in step.observation[0].content
-
-
-def function_task(entry: str, *tests: str, setup: str = "") -> agenthub.Task:
-    label = {"kind": "function", "entry_point": entry, "setup": setup, "tests": list(tests)}
-    return agenthub.Task(id=entry, prompt=f"Write {entry}.", label=label)
 
 
 # Looks for `double(N) == M` in the tested process's memory and in its stdin read again from

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 import agenthub
-from agenthub import Task
 from agenthub.envs.code_exec import (
     CodeExecEnv,
     FunctionTests,
@@ -20,14 +19,9 @@ from agenthub.envs.code_exec import (
 )
 from agenthub.sandbox import ExecResult, ExecStatus, FakeSandbox, UnisolatedSandbox
 from agenthub.testing import check_env
+from tests.code_tasks import function_task
 
 pytestmark = pytest.mark.anyio
-
-
-def function_task(entry: str, *tests: str, setup: str = "") -> Task:
-    """A task asking for `entry`, checked by assert-style `tests` after `setup`."""
-    label = FunctionTests(entry_point=entry, setup=setup, tests=tests)
-    return Task(id=entry, prompt=f"Write {entry}.", label=label.model_dump(mode="json"))
 
 
 ADD = function_task(
