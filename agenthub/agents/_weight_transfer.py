@@ -1,0 +1,326 @@
+"""A CPU backend for vLLM's weight-transfer API: the learner broadcasts its weights to the
+engines' workers over a gloo process group.
+
+vLLM (0.32) syncs a trainer into running engines through one protocol whatever the transport:
+the trainer opens a group with the workers (`init_weight_transfer_engine`), then each round
+`start_weight_update` / `update_weights` / `finish_weight_update`, with the trainer
+broadcasting while the workers receive and load layer by layer. Its built-in backends (`nccl`,
+`ipc`, ...) need CUDA. This one, `agenthub-gloo`, carries the same rounds over gloo, so a run
+without a GPU goes through the same code as one with (`nccl`), and only the transport differs.
+
+The tensors travel in chunks of at most `chunk_bytes`: every parameter's bytes, in the order
+of the round's metadata, packed back to back, so both sides cut the same chunks from the
+metadata alone. The worker side is registered in each vLLM process by the `vllm.general_plugins`
+entry point (`register`); the trainer side is registered by calling `register` there too.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import torch
+from vllm.distributed.weight_transfer.base import (
+    ParamMeta,
+    TrainerInitInfo,
+    TrainerWeightTransferEngine,
+    VLLMWeightSyncClient,
+    WeightSource,
+    WeightTransferEngine,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
+)
+
+__all__ = [
+    "BACKEND",
+    "GlooInitInfo",
+    "GlooTrainerInitInfo",
+    "GlooTrainerWeightTransferEngine",
+    "GlooUpdateInfo",
+    "GlooWeightTransferEngine",
+    "register",
+]
+
+BACKEND = "agenthub-gloo"
+CHUNK_BYTES = 64 * 2**20
+
+
+@dataclass(kw_only=True)
+class GlooInitInfo(WeightTransferInitInfo):
+    """What a worker needs to join the trainer's group: the trainer's TCP store, the rank of
+    this engine's first worker (the trainer is rank 0) and the size of the whole group."""
+
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    chunk_bytes: int = CHUNK_BYTES
+    timeout_s: float = 600.0
+
+
+@dataclass
+class GlooUpdateInfo(WeightTransferUpdateInfo):
+    """One round's parameters, in the order they are sent."""
+
+    names: list[str]
+    dtype_names: list[str]
+    shapes: list[list[int]]
+
+    def __post_init__(self) -> None:
+        if not len(self.names) == len(self.dtype_names) == len(self.shapes):
+            raise ValueError(
+                f"names, dtype_names and shapes differ in length: {len(self.names)}, "
+                f"{len(self.dtype_names)}, {len(self.shapes)}"
+            )
+
+    @classmethod
+    def of(cls, meta: Sequence[ParamMeta]) -> GlooUpdateInfo:
+        return cls(
+            names=[m.name for m in meta],
+            dtype_names=[str(m.dtype).removeprefix("torch.") for m in meta],
+            shapes=[list(m.shape) for m in meta],
+        )
+
+    def params(self) -> list[ParamMeta]:
+        return [
+            ParamMeta(name, getattr(torch, dtype), tuple(shape))
+            for name, dtype, shape in zip(self.names, self.dtype_names, self.shapes, strict=True)
+        ]
+
+
+def chunks(meta: Sequence[ParamMeta], chunk_bytes: int) -> Iterator[list[ParamMeta]]:
+    """The parameters cut into consecutive runs of at most `chunk_bytes` (a larger parameter
+    travels alone). Both sides compute the same runs from the same metadata."""
+    run: list[ParamMeta] = []
+    size = 0
+    for param in meta:
+        nbytes = _nbytes(param)
+        if run and size + nbytes > chunk_bytes:
+            yield run
+            run, size = [], 0
+        run.append(param)
+        size += nbytes
+    if run:
+        yield run
+
+
+def _nbytes(param: ParamMeta) -> int:
+    return int(torch.Size(param.shape).numel()) * torch.empty((), dtype=param.dtype).element_size()
+
+
+def open_group(
+    address: str, port: int, rank: int, world_size: int, timeout_s: float
+) -> torch.distributed.ProcessGroup:
+    """A gloo group of its own (the process's default group, if any, is left alone). Rank 0
+    hosts the rendezvous store at `address:port`."""
+    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+    group = stateless_init_torch_distributed_process_group(
+        address, port, rank, world_size, backend="gloo", timeout=timedelta(seconds=timeout_s)
+    )
+    assert isinstance(group, torch.distributed.ProcessGroup)
+    return group
+
+
+def close_group(group: torch.distributed.ProcessGroup) -> None:
+    from vllm.distributed.utils import stateless_destroy_torch_distributed_process_group
+
+    stateless_destroy_torch_distributed_process_group(group)
+
+
+class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
+    """The worker side, inside vLLM: receives each chunk and loads it through the model's
+    `load_weights` within vLLM's layerwise reload (which redoes any kernel-specific repacking)."""
+
+    init_info_cls = GlooInitInfo
+    update_info_cls = GlooUpdateInfo
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group: torch.distributed.ProcessGroup | None = None
+        self.chunk_bytes = CHUNK_BYTES
+
+    def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
+        config = self.parallel_config
+        rank = config.data_parallel_index * config.world_size + config.rank
+        self.chunk_bytes = init_info.chunk_bytes
+        self.group = open_group(
+            init_info.master_address,
+            init_info.master_port,
+            init_info.rank_offset + rank,
+            init_info.world_size,
+            init_info.timeout_s,
+        )
+
+    def start_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(self.model)
+
+    def finish_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        finalize_layerwise_reload(self.model, self.model_config)  # type: ignore[no-untyped-call]
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        # The base class ends with an accelerator synchronize, which fails without one.
+        self.receive_weights(self.parse_update_info(update_info))
+
+    def receive_weights(self, update_info: GlooUpdateInfo) -> None:
+        if self.group is None:
+            raise RuntimeError("weights sent before init_weight_transfer_engine joined the group")
+        for run in chunks(update_info.params(), self.chunk_bytes):
+            buffer = torch.empty(sum(_nbytes(p) for p in run), dtype=torch.uint8)
+            self.group.broadcast(buffer, 0).wait()
+            load: Any = self.model.load_weights
+            load(list(_unpack(buffer, run)))
+
+    def shutdown(self) -> None:
+        if self.group is not None:
+            close_group(self.group)
+            self.group = None
+
+
+def _unpack(buffer: torch.Tensor, run: Sequence[ParamMeta]) -> Iterator[tuple[str, torch.Tensor]]:
+    offsets = list(itertools.accumulate((_nbytes(p) for p in run), initial=0))
+    for param, start, end in zip(run, offsets, offsets[1:], strict=False):
+        yield param.name, buffer[start:end].view(param.dtype).view(param.shape)
+
+
+@dataclass
+class GlooTrainerInitInfo(TrainerInitInfo):
+    """The trainer's side of the group: it is rank 0 and hosts the store at
+    `master_address:master_port`; `world_size` counts it and every engine worker."""
+
+    backend: ClassVar[str] = BACKEND
+
+    master_address: str
+    master_port: int
+    world_size: int
+    chunk_bytes: int = CHUNK_BYTES
+    timeout_s: float = 600.0
+
+
+class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerInitInfo]):
+    """The trainer side: opens the group as rank 0 while the client has the workers join it,
+    then each `send_weights` drives one round through the client, broadcasting while the
+    workers receive. A single trainer process is the only sender."""
+
+    init_info_cls = GlooTrainerInitInfo
+
+    def __init__(
+        self,
+        *,
+        client: VLLMWeightSyncClient,
+        source: WeightSource,
+        group: torch.distributed.ProcessGroup,
+        chunk_bytes: int,
+    ) -> None:
+        super().__init__(client=client, source=source, is_sender=True)
+        self.group: torch.distributed.ProcessGroup | None = group
+        self.chunk_bytes = chunk_bytes
+
+    @classmethod
+    def trainer_init(
+        cls,
+        init_info: GlooTrainerInitInfo,
+        *,
+        client: VLLMWeightSyncClient,
+        source: WeightSource | None = None,
+    ) -> GlooTrainerWeightTransferEngine:
+        if source is None:
+            raise ValueError("the agenthub-gloo trainer engine needs a WeightSource")
+        if not init_info.is_sender:
+            raise ValueError("the agenthub-gloo backend has one trainer process, rank 0")
+        worker_info = GlooInitInfo(
+            master_address=init_info.master_address,
+            master_port=init_info.master_port,
+            rank_offset=1,
+            world_size=init_info.world_size,
+            chunk_bytes=init_info.chunk_bytes,
+            timeout_s=init_info.timeout_s,
+        )
+        # The workers block in the rendezvous until the trainer joins: both at once.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            joined = pool.submit(client.init_weight_transfer_engine, asdict(worker_info))
+            group = open_group(
+                init_info.master_address,
+                init_info.master_port,
+                0,
+                init_info.world_size,
+                init_info.timeout_s,
+            )
+            joined.result()
+        return cls(client=client, source=source, group=group, chunk_bytes=init_info.chunk_bytes)
+
+    def send_weights(self) -> None:
+        """One round: start, broadcast while the workers receive, finish."""
+        if self.group is None:
+            raise RuntimeError("send_weights after shutdown")
+        assert self.source is not None
+        meta = self.source.metadata()
+        self.client.start_weight_update()
+        pool = ThreadPoolExecutor(max_workers=1)
+        try:
+            received = pool.submit(self.client.update_weights, asdict(GlooUpdateInfo.of(meta)))
+            self._broadcast(meta)
+            received.result()
+        finally:
+            # A broadcast that failed leaves the workers waiting in theirs until the group's
+            # timeout: joining the thread here would turn the error into that wait.
+            pool.shutdown(wait=False)
+        self.client.finish_weight_update()
+
+    def _broadcast(self, meta: list[ParamMeta]) -> None:
+        assert self.group is not None and self.source is not None
+        tensors = iter(self.source)
+        for run in chunks(meta, self.chunk_bytes):
+            parts = []
+            for expected in run:
+                name, tensor = next(tensors, (None, None))
+                if tensor is None:
+                    raise ValueError(
+                        f"the weight source ended before {expected.name!r}; its metadata "
+                        f"declared {len(meta)} parameters"
+                    )
+                if (name, tensor.dtype, tuple(tensor.shape)) != (
+                    expected.name,
+                    expected.dtype,
+                    tuple(expected.shape),
+                ):
+                    raise ValueError(
+                        f"the weight source yielded {name!r} {tensor.dtype} "
+                        f"{tuple(tensor.shape)} where its metadata declared {expected.name!r} "
+                        f"{expected.dtype} {tuple(expected.shape)}"
+                    )
+                parts.append(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8))
+            self.group.broadcast(torch.cat(parts), 0).wait()
+        extra = next(tensors, None)  # also lets the source leave its gather context
+        if extra is not None:
+            raise ValueError(
+                f"the weight source yielded {extra[0]!r} beyond the {len(meta)} parameters its "
+                "metadata declared"
+            )
+
+    def shutdown(self) -> None:
+        if self.group is not None:
+            close_group(self.group)
+            self.group = None
+
+
+def register() -> None:
+    """Register the `agenthub-gloo` backend with vLLM's worker and trainer factories (the
+    `vllm.general_plugins` entry point; idempotent)."""
+    from vllm.distributed.weight_transfer.factory import (
+        WeightTransferEngineFactory,
+        WeightTransferTrainerFactory,
+    )
+
+    if BACKEND not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)
+    if BACKEND not in WeightTransferTrainerFactory._registry:
+        WeightTransferTrainerFactory.register_engine(BACKEND, GlooTrainerWeightTransferEngine)
