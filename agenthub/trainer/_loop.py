@@ -301,6 +301,8 @@ class Trainer:
             try:
                 self.log(f"starting {len(workers)} rollout worker(s) and the learner")
                 await asyncio.gather(*(w.start.remote() for w in workers))
+                ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in workers))
+                await learner.open_weight_sync.remote(workers, list(ranks))
                 if state is not None:
                     steps = await learner.load_checkpoint.remote(
                         str(self.dir.checkpoints), state["tag"]
@@ -312,11 +314,9 @@ class Trainer:
                         )
                     await self._sync(step)
                     self.log(f"resumed from {state['tag']} (policy version {step})")
-                else:
-                    await learner.state_dict.remote()  # the learner is up before rollouts start
-                    if cfg.eval.every:
-                        self.log("evaluating the starting policy on held-out tasks")
-                        await self._evaluate(0)
+                elif cfg.eval.every:
+                    self.log("evaluating the starting policy on held-out tasks")
+                    await self._evaluate(0)
                 running = [w.run.remote() for w in workers]
                 return await self._loop(step, elapsed_before, running)
             finally:
@@ -505,10 +505,9 @@ class Trainer:
                 sink.write(t.model_dump_json() + "\n")
 
     async def _sync(self, version: int) -> None:
-        """Send the learner's weights to every engine as `version`, then admit rollouts for
-        it. The weights cross once through Ray's object store (shared memory on one node)."""
-        weights = self._learner.state_dict.remote()
-        await asyncio.gather(*(w.update_weights.remote(weights, version) for w in self._workers))
+        """Broadcast the learner's weights to every engine as `version` (vLLM's weight-transfer
+        API, driven from the learner's process), then admit rollouts for it."""
+        await self._learner.send_weights.remote(version)
         await self._admission.set_version.remote(version)
 
     async def _evaluate(self, step: int) -> None:

@@ -100,8 +100,9 @@ class RolloutWorker:
     """One inference engine and many episodes in flight (an async Ray actor).
 
     `run` plays training episodes forever, one group per admitted task, and pushes finished
-    groups into the trajectory queue; `update_weights` loads the learner's weights under a new
-    policy version between generations; `evaluate` plays held-out tasks on the same engine.
+    groups into the trajectory queue; the learner's weight sync loads new weights into its
+    engine under a new policy version between generations; `evaluate` plays held-out tasks
+    on the same engine.
     The worker holds one env instance open for its whole life, so resources that the env's
     instances share (the sandbox's warm pool) stay warm between steps.
     """
@@ -127,11 +128,13 @@ class RolloutWorker:
         """Start the engine (inside the actor's event loop) and open the env; returns the
         engine's context length."""
         from agenthub.agents import VLLMEngine
+        from agenthub.trainer._weight_sync import transfer_backend
 
         cfg = self.config
         self.chat = ChatTokenizer.from_pretrained(self.model_path)
         self.engine = VLLMEngine(
             self.model_path,
+            weight_transfer=transfer_backend(cfg.ray),
             seed=cfg.run.seed + self.rank,
             max_num_seqs=max(cfg.rollout.concurrency, cfg.eval.tasks * cfg.eval.samples_per_task),
         )
@@ -178,11 +181,21 @@ class RolloutWorker:
 
         await self.runner.run(counted(), on_group=push, admission=admit)
 
-    async def update_weights(self, state_dict: dict[str, Any], version: int) -> float:
-        """Load new weights; returns the seconds it took."""
-        started = time.perf_counter()
-        await self.engine.update_weights(state_dict, version)
-        return time.perf_counter() - started
+    # The learner's weight sync (`WorkersClient`) drives the engine through these four.
+    def weight_transfer_ranks(self) -> int:
+        return self.engine.transfer_ranks
+
+    async def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
+        await self.engine.init_weight_transfer(init_info)
+
+    async def start_weight_update(self, version: int) -> None:
+        await self.engine.start_weight_update(version)
+
+    async def receive_weights(self, update_info: dict[str, Any]) -> None:
+        await self.engine.receive_weights(update_info)
+
+    async def finish_weight_update(self) -> None:
+        await self.engine.finish_weight_update()
 
     async def evaluate(
         self, tasks: int, split: str, temperature: float, samples: int
@@ -233,6 +246,7 @@ class LearnerWorker:
         from agenthub.trainer._learner import Learner
 
         cfg = TrainConfig.model_validate(config)
+        self.config = cfg
         torch.set_num_threads(cfg.ray.learner_threads)
         torch.manual_seed(cfg.run.seed)
         self.learner = Learner(model_path, cfg.learner)
@@ -240,8 +254,24 @@ class LearnerWorker:
     def step(self, batch: Any) -> dict[str, float]:
         return self.learner.step(batch.to(self.learner.engine.device))
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.learner.state_dict()
+    def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> None:
+        """Open the weight-transfer group with the rollout workers' engines."""
+        from agenthub.trainer._weight_sync import open_sender, transfer_backend
+
+        self.sender, self.client = open_sender(
+            self.learner.engine.module,
+            self.learner.config.zero_stage == 3,
+            transfer_backend(self.config.ray),
+            workers,
+            ranks,
+        )
+
+    def send_weights(self, version: int) -> float:
+        """Broadcast the policy to every engine as `version`; returns the seconds it took."""
+        started = time.perf_counter()
+        self.client.version = version
+        self.sender.send_weights()
+        return time.perf_counter() - started
 
     def save_checkpoint(self, directory: str, tag: str) -> None:
         self.learner.save_checkpoint(Path(directory), tag)

@@ -1,0 +1,130 @@
+"""Weight sync from the learner to the rollout workers' engines through vLLM's weight-transfer
+API: NCCL where the learner and the engines are on GPUs, agenthub's gloo backend elsewhere.
+
+The learner is the sender (rank 0 of the transfer group) and drives each round from its own
+process: `WorkersClient` is vLLM's `VLLMWeightSyncClient` over the rollout worker actors, which
+hold new requests back while their engines receive, and `LearnerSource` is the learner's
+policy as vLLM's `WeightSource`, gathered from every rank under ZeRO-3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
+
+from agenthub.agents._weight_transfer import BACKEND as GLOO_BACKEND
+from agenthub.trainer._config import RayConfig
+
+__all__ = ["LearnerSource", "WorkersClient", "open_sender", "transfer_backend"]
+
+
+def transfer_backend(ray: RayConfig) -> str:
+    """NCCL when both the learner and the engines hold GPUs; gloo otherwise (CPU tensors
+    travel either way, so a learner and engines on different devices still sync)."""
+    return "nccl" if ray.learner_num_gpus > 0 and ray.worker_num_gpus > 0 else GLOO_BACKEND
+
+
+class WorkersClient:
+    """vLLM's trainer-side control plane (`VLLMWeightSyncClient`) over rollout worker actors.
+
+    vLLM's trainer engines hand every engine the same worker init info; each engine here is
+    its own vLLM instance with `ranks[i]` workers, so the client gives each its own place in
+    the group after the trainer (rank 0). `version` is the policy version of the next round:
+    an engine refuses one older than what it serves before anything is sent."""
+
+    def __init__(self, workers: Sequence[Any], ranks: Sequence[int]) -> None:
+        if len(workers) != len(ranks):
+            raise ValueError(f"{len(workers)} workers but {len(ranks)} rank counts")
+        self.workers = list(workers)
+        self.offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
+        self.version = 0
+
+    @staticmethod
+    def world_size(ranks: Sequence[int]) -> int:
+        return 1 + sum(ranks)
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self._all(
+            w.init_weight_transfer.remote({**init_info, "rank_offset": offset})
+            for w, offset in zip(self.workers, self.offsets, strict=True)
+        )
+
+    def start_weight_update(self) -> None:
+        self._all(w.start_weight_update.remote(self.version) for w in self.workers)
+
+    def update_weights(self, update_info: dict[str, Any] | list[dict[str, Any]]) -> None:
+        self._all(w.receive_weights.remote(update_info) for w in self.workers)
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._all(w.finish_weight_update.remote() for w in self.workers)
+
+    @staticmethod
+    def _all(refs: Iterator[Any]) -> None:
+        import ray
+
+        ray.get(list(refs))
+
+
+class LearnerSource(WeightSource):
+    """The policy's parameters under their checkpoint names (what vLLM's `load_weights`
+    takes). Under ZeRO-3 the whole policy is gathered for the length of one iteration."""
+
+    def __init__(self, module: Any, zero3: bool) -> None:
+        self.module = module
+        self.zero3 = zero3
+
+    def metadata(self) -> list[ParamMeta]:
+        return [
+            ParamMeta(name, p.dtype, tuple(p.ds_shape if self.zero3 else p.shape))
+            for name, p in self.module.named_parameters()
+        ]
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        gathered: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if self.zero3:
+            from deepspeed.runtime.zero import GatheredParameters
+
+            gathered = GatheredParameters(list(self.module.parameters()))
+        with gathered:
+            for name, p in self.module.named_parameters():
+                yield name, p.detach()
+
+
+def open_sender(
+    module: Any, zero3: bool, backend: str, workers: Sequence[Any], ranks: Sequence[int]
+) -> tuple[Any, WorkersClient]:
+    """Open the transfer group with every worker's engine and return vLLM's trainer-side
+    engine (`send_weights()` runs one round) with its client."""
+    import ray
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+    from agenthub.agents._weight_transfer import GlooTrainerInitInfo, register
+
+    client = WorkersClient(workers, ranks)
+    rendezvous = {
+        "master_address": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+        "master_port": _free_port(),
+        "world_size": WorkersClient.world_size(ranks),
+        "rank": 0,
+    }
+    init_info: Any
+    if backend == GLOO_BACKEND:
+        register()
+        init_info = GlooTrainerInitInfo(**rendezvous)
+    else:
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+        init_info = NCCLTrainerInitInfo(**rendezvous)
+    source = LearnerSource(module, zero3)
+    sender = WeightTransferTrainerFactory.trainer_init(init_info, client=client, source=source)
+    return sender, client
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
