@@ -139,8 +139,8 @@ class RayConfig(_Section):
     rollout_workers: int = Field(1, ge=1)
     """Rollout workers, each with its own inference engine."""
     worker_num_gpus: float = Field(0.0, ge=0)
-    """GPUs reserved for each rollout worker's engine. With `learner_num_gpus`, both above 0,
-    weights sync over NCCL; otherwise over gloo."""
+    """GPUs reserved for each rollout worker's engine. When this and `learner_num_gpus` are
+    whole GPUs (1 or more), weights sync over NCCL; otherwise over gloo."""
     learner_num_gpus: float = Field(0.0, ge=0)
     """GPUs reserved for the learner."""
     learner_threads: int = Field(1, ge=1)

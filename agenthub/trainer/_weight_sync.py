@@ -23,9 +23,10 @@ __all__ = ["LearnerSource", "WorkersClient", "open_sender", "transfer_backend"]
 
 
 def transfer_backend(ray: RayConfig) -> str:
-    """NCCL when both the learner and the engines hold GPUs; gloo otherwise (CPU tensors
-    travel either way, so a learner and engines on different devices still sync)."""
-    return "nccl" if ray.learner_num_gpus > 0 and ray.worker_num_gpus > 0 else GLOO_BACKEND
+    """NCCL when the learner and every engine hold whole GPUs of their own; gloo otherwise.
+    NCCL cannot join two processes on one GPU, which fractional shares may be; gloo carries
+    CPU copies, so a learner and engines on any devices still sync."""
+    return "nccl" if ray.learner_num_gpus >= 1 and ray.worker_num_gpus >= 1 else GLOO_BACKEND
 
 
 class WorkersClient:

@@ -12,6 +12,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
+pytest.importorskip("vllm", reason="the weight-transfer backend needs the train extra")
+
 import torch
 from vllm.config import WeightTransferConfig
 from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource

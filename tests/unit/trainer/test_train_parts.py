@@ -285,3 +285,22 @@ def test_resuming_forgets_metrics_logged_after_the_checkpoint(tmp_path: Path) ->
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     run.rewind_metrics(3)
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+
+
+# -- weight sync -------------------------------------------------------------------------
+
+
+def test_weight_sync_takes_nccl_only_between_whole_gpus_and_places_each_engine() -> None:
+    from agenthub.trainer._config import RayConfig
+    from agenthub.trainer._weight_sync import WorkersClient, transfer_backend
+
+    assert transfer_backend(RayConfig()) == "agenthub-gloo"
+    assert transfer_backend(RayConfig(learner_num_gpus=1, worker_num_gpus=2)) == "nccl"
+    # NCCL cannot join two processes on one GPU, which fractional shares may be.
+    assert transfer_backend(RayConfig(learner_num_gpus=0.5, worker_num_gpus=0.5)) != "nccl"
+    assert transfer_backend(RayConfig(learner_num_gpus=1)) != "nccl"
+
+    client = WorkersClient(["w0", "w1", "w2"], [1, 2, 1])  # engines of 1, 2 and 1 processes
+    assert client.offsets == [1, 2, 4] and WorkersClient.world_size([1, 2, 1]) == 5
+    with pytest.raises(ValueError, match="2 workers but 1 rank counts"):
+        WorkersClient(["w0", "w1"], [1])
