@@ -47,6 +47,9 @@ __all__ = [
 
 BACKEND = "agenthub-gloo"
 CHUNK_BYTES = 64 * 2**20
+# How long one rendezvous or one chunk's broadcast may wait for the other side: a peer that
+# died mid-round fails the round after this, not never.
+TIMEOUT_S = 120.0
 
 
 @dataclass(kw_only=True)
@@ -59,7 +62,7 @@ class GlooInitInfo(WeightTransferInitInfo):
     rank_offset: int
     world_size: int
     chunk_bytes: int = CHUNK_BYTES
-    timeout_s: float = 600.0
+    timeout_s: float = TIMEOUT_S
 
 
 @dataclass
@@ -202,7 +205,7 @@ class GlooTrainerInitInfo(TrainerInitInfo):
     master_port: int
     world_size: int
     chunk_bytes: int = CHUNK_BYTES
-    timeout_s: float = 600.0
+    timeout_s: float = TIMEOUT_S
 
 
 class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerInitInfo]):
