@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,29 +53,6 @@ def build_model(out: Path, hidden: int, layers: int) -> Path:
     return out
 
 
-class EngineClient:
-    """vLLM's trainer-side control plane over the engine in this process (the trainer's
-    rounds run on a thread, the engine on the event loop)."""
-
-    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self.engine, self.loop, self.version = engine, loop, 0
-
-    def _wait(self, coro: Any) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        self._wait(self.engine.init_weight_transfer({**init_info, "rank_offset": 1}))
-
-    def start_weight_update(self) -> None:
-        self._wait(self.engine.start_weight_update(self.version))
-
-    def update_weights(self, update_info: dict[str, Any]) -> None:
-        self._wait(self.engine.receive_weights(update_info))
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._wait(self.engine.finish_weight_update())
-
-
 async def measure(model_dir: Path, rounds: int) -> tuple[list[float], list[float]]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -85,7 +61,7 @@ async def measure(model_dir: Path, rounds: int) -> tuple[list[float], list[float
 
     from agenthub.agents import SamplingParams, VLLMEngine
     from agenthub.agents._weight_transfer import BACKEND, GlooTrainerInitInfo, register
-    from agenthub.trainer._weight_sync import _free_port
+    from agenthub.trainer._weight_sync import EngineClient, _free_port
 
     register()
     policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)

@@ -9,6 +9,7 @@ policy as vLLM's `WeightSource`, gathered from every rank under ZeRO-3.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import Iterator, Sequence
@@ -19,7 +20,7 @@ from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
 from agenthub.agents._weight_transfer import BACKEND as GLOO_BACKEND
 from agenthub.trainer._config import RayConfig
 
-__all__ = ["LearnerSource", "WorkersClient", "open_sender", "transfer_backend"]
+__all__ = ["EngineClient", "LearnerSource", "WorkersClient", "open_sender", "transfer_backend"]
 
 
 def transfer_backend(ray: RayConfig) -> str:
@@ -68,6 +69,31 @@ class WorkersClient:
         import ray
 
         ray.get(list(refs))
+
+
+class EngineClient:
+    """vLLM's trainer-side control plane over a `VLLMEngine` in this process: a trainer that
+    drives its rounds from a thread (they block), while the engine runs on `loop`."""
+
+    def __init__(self, engine: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.engine = engine
+        self.loop = loop
+        self.version = 0
+
+    def _wait(self, coro: Any) -> None:
+        asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
+        self._wait(self.engine.init_weight_transfer({**init_info, "rank_offset": 1}))
+
+    def start_weight_update(self) -> None:
+        self._wait(self.engine.start_weight_update(self.version))
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        self._wait(self.engine.receive_weights(update_info))
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self._wait(self.engine.finish_weight_update())
 
 
 class LearnerSource(WeightSource):

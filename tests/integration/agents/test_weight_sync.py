@@ -5,6 +5,7 @@ equal transformers' on them) under the new policy version."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from agenthub.agents import SamplingParams, VLLMEngine
 
 pytestmark = pytest.mark.integration
 PROMPT = [5, 17, 40, 41, 99, 120]
+SAMPLING = SamplingParams(max_tokens=8, temperature=1.0, seed=3)
 
 
 def transformers_logprobs(
@@ -31,43 +33,59 @@ def transformers_logprobs(
     return [float(logprobs[len(prompt) - 1 + i, t]) for i, t in enumerate(reply)]
 
 
+def learn_from(learner: Any, sampled: Any) -> dict[str, Any]:
+    """One learner step on one sampled reply to PROMPT (reward 1); the new weights."""
+    from agenthub.trainer import TrainBatch
+
+    reply = list(sampled.token_ids)
+    learner.step(
+        TrainBatch.collate(
+            [PROMPT + reply],
+            [[0] * len(PROMPT) + [1] * len(reply)],
+            [[0.0] * len(PROMPT) + list(sampled.logprobs)],
+            [1.0],
+        )
+    )
+    return learner.state_dict()  # type: ignore[no-any-return]
+
+
+async def check_sync(
+    engine: VLLMEngine, model_dir: Path, state: dict[str, Any], sync: Callable[[], Awaitable[Any]]
+) -> None:
+    """Requests running when `sync()` starts finish on the old weights (the sync waits for
+    them); after it the engine samples from `state` under policy version 1."""
+    running = [asyncio.create_task(engine.generate(PROMPT, SAMPLING)) for _ in range(3)]
+    await asyncio.sleep(0)
+    await sync()
+    assert {g.policy_version for g in await asyncio.gather(*running)} == {0}
+
+    after = await engine.generate(PROMPT, SAMPLING)
+    assert after.policy_version == 1
+    expected = transformers_logprobs(model_dir, state, PROMPT, after.token_ids)
+    assert list(after.logprobs) == pytest.approx(expected, abs=1e-3)
+    old_on_same = transformers_logprobs(model_dir, None, PROMPT, after.token_ids)
+    assert list(after.logprobs) != pytest.approx(old_on_same, abs=1e-3), "weights changed"
+
+
 @pytest.mark.timeout(900)
 def test_learner_step_synced_into_vllm_changes_what_it_samples(tiny_model: Path) -> None:
-    from agenthub.trainer import Learner, LearnerConfig, TrainBatch
+    from agenthub.trainer import Learner, LearnerConfig
 
     learner = Learner(tiny_model, LearnerConfig(zero_stage=3, lr=5e-2, micro_batch_size=2))
-    sampling = SamplingParams(max_tokens=8, temperature=1.0, seed=3)
 
     async def scenario() -> None:
         engine = VLLMEngine(tiny_model, max_model_len=256)
         try:
-            before = await engine.generate(PROMPT, sampling)
+            before = await engine.generate(PROMPT, SAMPLING)
             assert before.policy_version == 0
             expected = transformers_logprobs(tiny_model, None, PROMPT, before.token_ids)
             assert list(before.logprobs) == pytest.approx(expected, abs=1e-3)
 
-            reply = list(before.token_ids)
-            batch = TrainBatch.collate(
-                [PROMPT + reply],
-                [[0] * len(PROMPT) + [1] * len(reply)],
-                [[0.0] * len(PROMPT) + list(before.logprobs)],
-                [1.0],
+            state = learn_from(learner, before)
+
+            await check_sync(
+                engine, tiny_model, state, lambda: engine.update_weights(state, version=1)
             )
-            learner.step(batch)
-            state = learner.state_dict()
-
-            # Requests already running finish on the old weights; the sync waits for them.
-            running = [asyncio.create_task(engine.generate(PROMPT, sampling)) for _ in range(3)]
-            await asyncio.sleep(0)
-            await engine.update_weights(state, version=1)
-            assert {g.policy_version for g in await asyncio.gather(*running)} == {0}
-
-            after = await engine.generate(PROMPT, sampling)
-            assert after.policy_version == 1
-            new_expected = transformers_logprobs(tiny_model, state, PROMPT, after.token_ids)
-            assert list(after.logprobs) == pytest.approx(new_expected, abs=1e-3)
-            old_on_same = transformers_logprobs(tiny_model, None, PROMPT, after.token_ids)
-            assert list(after.logprobs) != pytest.approx(old_on_same, abs=1e-3), "weights changed"
             with pytest.raises(ValueError, match="may only grow"):
                 await engine.update_weights(state, version=0)
         finally:
@@ -77,38 +95,15 @@ def test_learner_step_synced_into_vllm_changes_what_it_samples(tiny_model: Path)
     assert not list(Path("/dev/shm").glob("agenthub-weights-*")), "sync files are removed"
 
 
-class EngineClient:
-    """vLLM's trainer-side client over an engine in this process, for a sender on a thread."""
-
-    def __init__(self, engine: VLLMEngine, loop: asyncio.AbstractEventLoop) -> None:
-        self.engine, self.loop, self.version = engine, loop, 0
-
-    def _wait(self, coro: Any) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
-
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        self._wait(self.engine.init_weight_transfer({**init_info, "rank_offset": 1}))
-
-    def start_weight_update(self) -> None:
-        self._wait(self.engine.start_weight_update(self.version))
-
-    def update_weights(self, update_info: dict[str, Any]) -> None:
-        self._wait(self.engine.receive_weights(update_info))
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._wait(self.engine.finish_weight_update())
-
-
 @pytest.mark.timeout(900)
 def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tiny_model: Path) -> None:
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
     from agenthub.agents._weight_transfer import BACKEND, GlooTrainerInitInfo, register
-    from agenthub.trainer import Learner, LearnerConfig, TrainBatch
-    from agenthub.trainer._weight_sync import LearnerSource, _free_port
+    from agenthub.trainer import Learner, LearnerConfig
+    from agenthub.trainer._weight_sync import EngineClient, LearnerSource, _free_port
 
     learner = Learner(tiny_model, LearnerConfig(zero_stage=3, lr=5e-2, micro_batch_size=2))
-    sampling = SamplingParams(max_tokens=8, temperature=1.0, seed=3)
     register()
 
     async def scenario() -> None:
@@ -123,35 +118,18 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tiny_model: Pa
             sender = await asyncio.to_thread(
                 WeightTransferTrainerFactory.trainer_init, info, client=client, source=source
             )
-            before = await engine.generate(PROMPT, sampling)
-            reply = list(before.token_ids)
-            learner.step(
-                TrainBatch.collate(
-                    [PROMPT + reply],
-                    [[0] * len(PROMPT) + [1] * len(reply)],
-                    [[0.0] * len(PROMPT) + list(before.logprobs)],
-                    [1.0],
-                )
-            )
-            state = learner.state_dict()
+            before = await engine.generate(PROMPT, SAMPLING)
+            state = learn_from(learner, before)
 
-            running = [asyncio.create_task(engine.generate(PROMPT, sampling)) for _ in range(3)]
-            await asyncio.sleep(0)
             client.version = 1
-            await asyncio.to_thread(sender.send_weights)
-            assert {g.policy_version for g in await asyncio.gather(*running)} == {0}
-
-            after = await engine.generate(PROMPT, sampling)
-            assert after.policy_version == 1
-            expected = transformers_logprobs(tiny_model, state, PROMPT, after.token_ids)
-            assert list(after.logprobs) == pytest.approx(expected, abs=1e-3)
-            old_on_same = transformers_logprobs(tiny_model, None, PROMPT, after.token_ids)
-            assert list(after.logprobs) != pytest.approx(old_on_same, abs=1e-3), "weights changed"
+            await check_sync(
+                engine, tiny_model, state, lambda: asyncio.to_thread(sender.send_weights)
+            )
 
             client.version = 0
             with pytest.raises(ValueError, match="may only grow"):
                 await asyncio.to_thread(sender.send_weights)
-            assert (await engine.generate(PROMPT, sampling)).policy_version == 1, "still serving"
+            assert (await engine.generate(PROMPT, SAMPLING)).policy_version == 1, "still serving"
             sender.shutdown()
         finally:
             await engine.aclose()
