@@ -180,6 +180,7 @@ class Trainer:
         self.log = log
         self._stop = asyncio.Event()
         self.stop_reason = ""
+        self._sync_s = 0.0  # how long the last finished weight sync took
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the run to stop after the step in progress (safe from a signal handler)."""
@@ -491,6 +492,7 @@ class Trainer:
             "learner/learn_s": learn_s,
             "learner/wait_s": batch.wait_s,
             "learner/idle_fraction": batch.wait_s / step_s if step_s > 0 else 0.0,
+            "learner/sync_s": self._sync_s,
         }
         record.update({f"errors/{cause}": n for cause, n in batch.errors.items()})
         record.update({f"learner/{k}": v for k, v in learned.items()})
@@ -507,7 +509,7 @@ class Trainer:
     async def _sync(self, version: int) -> None:
         """Broadcast the learner's weights to every engine as `version` (vLLM's weight-transfer
         API, driven from the learner's process), then admit rollouts for it."""
-        await self._learner.send_weights.remote(version)
+        self._sync_s = await self._learner.send_weights.remote(version)
         await self._admission.set_version.remote(version)
 
     async def _evaluate(self, step: int) -> None:

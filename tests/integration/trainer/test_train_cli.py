@@ -102,6 +102,7 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
         assert r["staleness/max"] <= 1, "never trained on data older than max_staleness"
         assert 0.0 <= r["learner/idle_fraction"] <= 1.0
         assert r["groups/trained"] == 2
+    assert all(r["learner/sync_s"] > 0 for r in records[2:]), "weight syncs are timed"
     evals = [r for r in _records(out) if "eval/reward" in r]
     assert evals[0]["step"] == 0 and evals[0]["eval/policy_version"] == 0
     samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
