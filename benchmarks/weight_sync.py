@@ -56,12 +56,11 @@ def build_model(out: Path, hidden: int, layers: int) -> Path:
 async def measure(model_dir: Path, rounds: int) -> tuple[list[float], list[float]]:
     import torch
     from transformers import AutoModelForCausalLM
-    from vllm.distributed.weight_transfer.base import ModuleSource
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
     from agenthub.agents import SamplingParams, VLLMEngine
     from agenthub.agents._weight_transfer import BACKEND, GlooTrainerInitInfo, register
-    from agenthub.trainer._weight_sync import EngineClient, _free_port
+    from agenthub.trainer._weight_sync import EngineClient, LearnerSource, _free_port
 
     register()
     policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -78,7 +77,7 @@ async def measure(model_dir: Path, rounds: int) -> tuple[list[float], list[float
             WeightTransferTrainerFactory.trainer_init,
             info,
             client=client,
-            source=ModuleSource(policy),
+            source=LearnerSource(policy, zero3=False),
         )
         state_dict_s: list[float] = []
         broadcast_s: list[float] = []

@@ -48,8 +48,9 @@ def build_tokenizer(out: Path) -> None:
     tokenizer.save_pretrained(str(out))
 
 
-def build_model(out: Path, *, layers: int = 2, seed: int = 0) -> Path:
-    """Save the tokenizer and a random Qwen2 model (head dim 64) under `out`."""
+def build_model(out: Path, *, layers: int = 2, seed: int = 0, tied: bool = False) -> Path:
+    """Save the tokenizer and a random Qwen2 model (head dim 64) under `out`; `tied`: the
+    output layer is the input embeddings, as in the embedded default model."""
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
@@ -65,7 +66,7 @@ def build_model(out: Path, *, layers: int = 2, seed: int = 0) -> Path:
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=2048,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
         eos_token_id=eos,
         bos_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
         pad_token_id=tokenizer.pad_token_id,

@@ -98,16 +98,21 @@ class EngineClient:
 
 class LearnerSource(WeightSource):
     """The policy's parameters under their checkpoint names (what vLLM's `load_weights`
-    takes). Under ZeRO-3 the whole policy is gathered for the length of one iteration."""
+    takes). A tied output layer is sent under its own name too: vLLM's CPU kernels keep a
+    repacked copy of `lm_head`, which stays old unless it is loaded. Under ZeRO-3 the whole
+    policy is gathered for the length of one iteration."""
 
     def __init__(self, module: Any, zero3: bool) -> None:
         self.module = module
         self.zero3 = zero3
 
+    def _named(self) -> Iterator[tuple[str, Any]]:
+        return self.module.named_parameters(remove_duplicate=False)  # type: ignore[no-any-return]
+
     def metadata(self) -> list[ParamMeta]:
         return [
             ParamMeta(name, p.dtype, tuple(p.ds_shape if self.zero3 else p.shape))
-            for name, p in self.module.named_parameters()
+            for name, p in self._named()
         ]
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
@@ -117,7 +122,7 @@ class LearnerSource(WeightSource):
 
             gathered = GatheredParameters(list(self.module.parameters()))
         with gathered:
-            for name, p in self.module.named_parameters():
+            for name, p in self._named():
                 yield name, p.detach()
 
 

@@ -96,18 +96,18 @@ def test_learner_step_synced_into_vllm_changes_what_it_samples(tiny_model: Path)
 
 
 @pytest.mark.timeout(900)
-def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tiny_model: Path) -> None:
+def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Path) -> None:
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
     from agenthub.agents._weight_transfer import BACKEND, GlooTrainerInitInfo, register
     from agenthub.trainer import Learner, LearnerConfig
     from agenthub.trainer._weight_sync import EngineClient, LearnerSource, _free_port
 
-    learner = Learner(tiny_model, LearnerConfig(zero_stage=3, lr=5e-2, micro_batch_size=2))
+    learner = Learner(tied_model, LearnerConfig(zero_stage=3, lr=5e-2, micro_batch_size=2))
     register()
 
     async def scenario() -> None:
-        engine = VLLMEngine(tiny_model, max_model_len=256, weight_transfer=BACKEND)
+        engine = VLLMEngine(tied_model, max_model_len=256, weight_transfer=BACKEND)
         try:
             assert engine.transfer_ranks == 1
             client = EngineClient(engine, asyncio.get_running_loop())
@@ -123,7 +123,7 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tiny_model: Pa
 
             client.version = 1
             await check_sync(
-                engine, tiny_model, state, lambda: asyncio.to_thread(sender.send_weights)
+                engine, tied_model, state, lambda: asyncio.to_thread(sender.send_weights)
             )
 
             client.version = 0
