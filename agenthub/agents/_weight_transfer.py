@@ -17,7 +17,7 @@ entry point (`register`); the trainer side is registered by calling `register` t
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -112,7 +112,7 @@ def chunks(meta: Sequence[ParamMeta], chunk_bytes: int) -> Iterator[list[ParamMe
 
 
 def _nbytes(param: ParamMeta) -> int:
-    return int(torch.Size(param.shape).numel()) * torch.empty((), dtype=param.dtype).element_size()
+    return int(torch.Size(param.shape).numel()) * param.dtype.itemsize
 
 
 def open_group(
@@ -191,7 +191,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
 def _unpack(buffer: torch.Tensor, run: Sequence[ParamMeta]) -> Iterator[tuple[str, torch.Tensor]]:
     offsets = list(itertools.accumulate((_nbytes(p) for p in run), initial=0))
     for param, start, end in zip(run, offsets, offsets[1:], strict=False):
-        yield param.name, buffer[start:end].view(param.dtype).view(param.shape)
+        data = buffer[start:end]
+        if start % param.dtype.itemsize:  # a view of another dtype must start aligned to it
+            data = data.clone()
+        yield param.name, data.view(param.dtype).view(param.shape)
 
 
 @dataclass
@@ -270,7 +273,18 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         pool = ThreadPoolExecutor(max_workers=1)
         try:
             received = pool.submit(self.client.update_weights, asdict(GlooUpdateInfo.of(meta)))
-            self._broadcast(meta)
+
+            def receiving() -> None:
+                # A worker that failed does not come to the next broadcast: say why now,
+                # rather than when the group's timeout ends that broadcast.
+                if received.done():
+                    received.result()
+
+            try:
+                self._broadcast(meta, receiving)
+            except Exception:
+                receiving()
+                raise
             received.result()
         finally:
             # A broadcast that failed leaves the workers waiting in theirs until the group's
@@ -278,10 +292,11 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
             pool.shutdown(wait=False)
         self.client.finish_weight_update()
 
-    def _broadcast(self, meta: list[ParamMeta]) -> None:
+    def _broadcast(self, meta: list[ParamMeta], receiving: Callable[[], None]) -> None:
         assert self.group is not None and self.source is not None
         tensors = iter(self.source)
         for run in chunks(meta, self.chunk_bytes):
+            receiving()
             parts = []
             for expected in run:
                 name, tensor = next(tensors, (None, None))

@@ -181,6 +181,7 @@ class Trainer:
         self._stop = asyncio.Event()
         self.stop_reason = ""
         self._sync_s = 0.0  # how long the last finished weight sync took
+        self._pending_sync: asyncio.Task[None] | None = None
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the run to stop after the step in progress (safe from a signal handler)."""
@@ -351,7 +352,7 @@ class Trainer:
             step += 1
             if sync is not None:
                 await sync
-            sync = asyncio.create_task(self._sync(step))
+            sync = self._pending_sync = asyncio.create_task(self._sync(step))
             if cfg.algorithm.max_staleness == 0:
                 await sync  # synchronous: the next rollouts need these weights
             now = time.monotonic()
@@ -423,6 +424,7 @@ class Trainer:
             except TimeoutError:
                 got = []
                 self._check_workers(running)
+                self._check_sync()
             batch.wait_s += time.monotonic() - waited
             discarded = 0
             for group in got:
@@ -440,6 +442,13 @@ class Trainer:
                 # Their places go back at once: rollouts must go on while the batch fills.
                 await self._admission.discard.remote(discarded)
         return batch
+
+    def _check_sync(self) -> None:
+        """A weight sync that failed leaves engines holding their requests: no rollouts come
+        while the batch waits, so its error is raised here, not after the batch."""
+        sync = self._pending_sync
+        if sync is not None and sync.done() and not sync.cancelled():
+            sync.result()
 
     def _check_workers(self, running: list[Any]) -> None:
         import ray

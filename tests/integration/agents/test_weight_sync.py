@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agenthub.agents import SamplingParams, VLLMEngine
+from agenthub.agents import EngineError, SamplingParams, VLLMEngine
 
 pytestmark = pytest.mark.integration
 PROMPT = [5, 17, 40, 41, 99, 120]
@@ -131,6 +131,14 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Pa
                 await asyncio.to_thread(sender.send_weights)
             assert (await engine.generate(PROMPT, SAMPLING)).policy_version == 1, "still serving"
             sender.shutdown()
+
+            # A round that fails once weights may have started to change leaves the engine
+            # refusing requests with the reason, rather than serving a half-loaded model.
+            await engine.start_weight_update(2)
+            with pytest.raises(Exception, match="differ in length"):
+                await engine.receive_weights({"names": ["x"], "dtype_names": [], "shapes": []})
+            with pytest.raises(EngineError, match="weight sync failed part-way"):
+                await engine.generate(PROMPT, SAMPLING)
         finally:
             await engine.aclose()
 

@@ -32,6 +32,7 @@ WEIGHTS = {
     "embed.weight": torch.randn(50, 8),
     "layer.0.weight": torch.randn(8, 8).to(torch.bfloat16),
     "layer.0.bias": torch.randn(8),
+    "flags": torch.tensor([True, False, True]),  # 3 bytes: what follows starts unaligned
     "buckets": torch.arange(12, dtype=torch.int64).reshape(3, 4),
     "head.weight": torch.randn(300, 8),  # larger than a chunk: travels alone
 }
@@ -173,7 +174,7 @@ def test_a_source_that_contradicts_its_metadata_is_refused_by_name() -> None:
     sender, client, _ = _connect(1, Source({"embed.weight": torch.zeros(8, 50)}, declared))
     try:
         with pytest.raises(ValueError, match=r"'embed.weight' torch.float32 \(8, 50\)"):
-            sender._broadcast(declared)
+            sender._broadcast(declared, lambda: None)
     finally:
         sender.shutdown()
         client.engines[0].shutdown()
