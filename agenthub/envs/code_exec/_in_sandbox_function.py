@@ -41,6 +41,8 @@ from harness_common import (  # type: ignore[import-not-found]
 
 VALUE = "_agenthub_value_"
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Once the child has exited, how long processes it left behind may keep its pipes open.
+DRAIN_S = 0.2
 
 
 class Lifted:
@@ -226,7 +228,9 @@ class Child:
 
     def run(self, job: dict[str, Any], limit_s: float) -> tuple[bytes, bytes]:
         """Send `job`, then what the child printed on stdout and stderr until it closed them
-        or `limit_s` passed (then it is killed)."""
+        or `limit_s` passed (then it is killed). Processes the tested code started may hold
+        the pipes open after the child has exited: they get `DRAIN_S`, and the sandbox kills
+        them when this process is done."""
         try:
             with os.fdopen(self._job, "wb") as pipe:  # read whole before it prints anything
                 pipe.write(json.dumps(job).encode())
@@ -234,24 +238,38 @@ class Child:
             pass
         printed: dict[int, list[bytes]] = {self._out: [], self._err: []}
         deadline = time.monotonic() + limit_s
+        exited = _pidfd(self.pid)
         with selectors.DefaultSelector() as selector:
-            for fd in printed:
+            for fd in [*printed, *([exited] if exited is not None else [])]:
                 selector.register(fd, selectors.EVENT_READ)
-            while selector.get_map():
+            while printed.keys() & selector.get_map().keys():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    os.kill(self.pid, signal.SIGKILL)
                     break
                 for key, _ in selector.select(left):
+                    if key.fd == exited:  # the child is gone; its output is in the pipes
+                        selector.unregister(exited)
+                        deadline = min(deadline, time.monotonic() + DRAIN_S)
+                        continue
                     data = os.read(key.fd, 1 << 16)
                     if data:
                         printed[key.fd].append(data)
                     else:
                         selector.unregister(key.fd)
+        os.kill(self.pid, signal.SIGKILL)  # not reaped yet, so still this child, maybe a zombie
         os.waitpid(self.pid, 0)
-        for fd in printed:
+        for fd in [*printed, *([exited] if exited is not None else [])]:
             os.close(fd)
         return b"".join(printed[self._out]), b"".join(printed[self._err])
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when `pid` exits, where the kernel and the sandbox's
+    system-call filter allow one; without it the pipes closing is the only sign."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
 
 
 def run_child(child: Child, config: dict[str, Any], checks: list[Lifted | None]) -> bytes:
