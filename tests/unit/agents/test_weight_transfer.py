@@ -32,7 +32,7 @@ WEIGHTS = {
     "embed.weight": torch.randn(50, 8),
     "layer.0.weight": torch.randn(8, 8).to(torch.bfloat16),
     "layer.0.bias": torch.randn(8),
-    "flags": torch.tensor([True, False, True]),  # 3 bytes: what follows starts unaligned
+    "flags": torch.tensor([True, False, True]),  # every dtype travels as its bytes
     "buckets": torch.arange(12, dtype=torch.int64).reshape(3, 4),
     "head.weight": torch.randn(300, 8),  # larger than a chunk: travels alone
 }
