@@ -5,7 +5,6 @@ backend inside vLLM: tests/integration/agents/test_weight_sync.py."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -27,6 +26,7 @@ from agenthub.agents._weight_transfer import (
     GlooWeightTransferEngine,
     chunks,
 )
+from agenthub.trainer._weight_sync import _free_port
 
 WEIGHTS = {
     "embed.weight": torch.randn(50, 8),
@@ -122,12 +122,6 @@ class ThreadedWorkers:
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
         self.calls.append("finish")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _connect(
