@@ -1,6 +1,8 @@
 """The DeepSpeed learner on CPU (gloo) with a tiny Qwen2 built locally."""
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -81,6 +83,28 @@ def test_a_learner_in_this_process_leaves_no_port_for_children_to_inherit(
     Learner(tiny_model, LearnerConfig(zero_stage=0))
     assert torch.distributed.is_initialized()
     assert "MASTER_PORT" not in os.environ and "MASTER_ADDR" not in os.environ
+
+
+def test_a_fresh_learner_compiles_no_ops(tiny_model: Path, tmp_path: Path) -> None:
+    # DeepSpeed's FusedAdam and its CPU shared-memory all-reduce are C++ ops built on first use
+    # (78 s of start-up on a 2-core machine, and a CUDA toolkit on a GPU one). A fresh process
+    # with an empty extension cache shows whether anything was built.
+    cache = tmp_path / "torch_extensions"
+    code = (
+        "import sys; from agenthub.trainer import LearnerConfig, Learner; "
+        "Learner(sys.argv[1], LearnerConfig(zero_stage=2)); print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tiny_model)],
+        env={**os.environ, "TORCH_EXTENSIONS_DIR": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("ok")
+    built = sorted(p.name for p in cache.iterdir()) if cache.exists() else []
+    assert built == []
 
 
 def test_zero_stages_take_the_same_first_step(tiny_model: Path) -> None:
