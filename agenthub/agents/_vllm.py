@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import itertools
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +74,12 @@ def _watch_children() -> Any:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a Ctrl-C or a killed process group does not reach it
     )
+
+
+def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
+    live = engine()
+    if live is not None:
+        live._shutdown()
 
 
 def _check_backend_installed(backend: str) -> None:
@@ -185,6 +194,13 @@ class VLLMEngine(InferenceEngine):
         self._syncing = False
         self._incoming = 0  # the policy version of the weight-transfer round under way
         self._broken: str | None = None  # why requests are refused after a failed round
+        # An engine still open when the interpreter exits is shut down then, before anything
+        # waits for its processes. vLLM shuts its engine core down from a finalizer, but
+        # multiprocessing's exit hook waits for the core's process first wherever a finalizer
+        # was made before vLLM's first import (exit hooks run last registered first): a
+        # script that never closed its engine then never exited.
+        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     @property
     def max_model_len(self) -> int:
@@ -355,8 +371,12 @@ class VLLMEngine(InferenceEngine):
             self._gate.notify_all()
 
     async def aclose(self) -> None:
+        self._shutdown()
+
+    def _shutdown(self) -> None:
         if not self._closed:
             self._closed = True
+            atexit.unregister(self._at_exit)
             self._llm.shutdown()
             self._watchdog.kill()  # the engine's processes are gone; nothing is left to reap
             self._watchdog.wait()

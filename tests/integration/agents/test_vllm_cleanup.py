@@ -64,3 +64,45 @@ def test_engine_processes_die_with_their_owner(tiny_model: Path) -> None:
     for pid in survivors:  # do not leave them running if the test fails
         os.kill(pid, signal.SIGKILL)
     assert not survivors, f"engine processes outlived their owner: {survivors}"
+
+
+FORGETFUL = """
+import weakref
+
+class Resource:
+    pass
+
+# A finalizer made before vLLM is first imported (a TemporaryDirectory, say) registers Python's
+# exit hook for finalizers before multiprocessing's, so it runs after it: exit hooks run last
+# first, and multiprocessing's waits for child processes.
+KEEP = Resource()
+weakref.finalize(KEEP, print)
+
+import asyncio, sys
+from agenthub.agents import SamplingParams, VLLMEngine
+
+async def main():
+    engine = VLLMEngine(sys.argv[1], max_model_len=128)
+    await engine.generate([5, 6, 7], SamplingParams(max_tokens=2))
+    if sys.argv[2] == "raise":
+        raise RuntimeError("the script's own bug")
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("ending", ["return", "raise"])
+def test_a_script_that_never_closes_its_engine_still_exits(tiny_model: Path, ending: str) -> None:
+    # vLLM shuts its engine core down from a finalizer; where Python's hook for those ran
+    # after multiprocessing's (which waits for the engine core's process), such a script
+    # hung at exit forever.
+    done = subprocess.run(
+        [sys.executable, "-c", FORGETFUL, str(tiny_model), ending],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if ending == "raise":
+        assert done.returncode == 1 and "the script's own bug" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr[-3000:]
