@@ -1,7 +1,7 @@
 """`agenthub train` end to end on the embedded default model: Ray actors, in-process vLLM
 rollout workers, the DeepSpeed learner on gloo, the Docker sandbox behind code_exec. One short
 run is interrupted with Ctrl-C and resumed, killed with SIGKILL and resumed again; the run
-directory is checked at every stage."""
+directory is checked at every stage. Another trains with two rollout workers."""
 
 from __future__ import annotations
 
@@ -159,3 +159,28 @@ def test_train_refuses_to_overwrite_or_resume_the_wrong_thing(tmp_path: Path) ->
         _train(out, "--resume", "--env", "code_exec"), capture_output=True, text=True, timeout=120
     )
     assert other.returncode == 1 and "trains env 'math'" in other.stderr
+
+
+TWO_WORKERS = ["ray.rollout_workers=2", "run.checkpoint_every=3"]
+
+
+@pytest.mark.timeout(900)
+def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) -> None:
+    # Each engine takes its own ranks after the learner's; a wrong layout fails or hangs the
+    # first broadcast. Both workers play, and their engines run synced weights.
+    out = tmp_path / "run"
+    done = subprocess.run(
+        _train(out, "--env", "code_exec", "--steps", "3", *SMALL, "eval.every=0", *TWO_WORKERS),
+        capture_output=True,
+        text=True,
+        timeout=800,
+        env=_env(),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _trained_steps(out) == [1, 2, 3]
+    records = [r for r in _records(out) if "train/reward" in r]
+    assert all(r["learner/sync_s"] > 0 for r in records[1:]), "weight syncs are timed"
+    state = _state(out)
+    assert len(state["tasks_drawn"]) == 2 and min(state["tasks_drawn"]) > 0, state
+    samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
