@@ -125,6 +125,9 @@ class RunConfig(_Section):
     """Checkpoints kept on disk; older ones are deleted."""
     save_trajectories: int = Field(4, ge=0)
     """Trajectories of each step appended to trajectories.jsonl as samples."""
+    max_failed_groups: int = Field(32, ge=1)
+    """Stop the run (checkpointing first) with an error when this many groups in a row end
+    with an episode in error: a broken environment or engine, not bad luck."""
     wandb: Literal["auto", "online", "offline", "disabled"] = "auto"
     """Weights & Biases: `auto` logs online when credentials are set up, offline otherwise."""
     seed: int = 0

@@ -113,12 +113,16 @@ def _actor(cls: type, **options: Any) -> Any:
 
 
 def _worker_env(cfg: TrainConfig) -> dict[str, str]:
-    """Environment of a rollout worker: its engine's CPU threads, and vLLM's chatter (start-up,
+    """Environment of a rollout worker: its engine's CPU threads, vLLM's chatter (start-up,
     and a warning at every weight sync that rotary embeddings have no weights to load) kept
-    out of the run's output unless the user asks for it with VLLM_LOGGING_LEVEL."""
+    out of the run's output unless the user asks for it with VLLM_LOGGING_LEVEL, and asyncio's
+    own event loop, which environments run on everywhere else (`agenthub eval`, the REPL,
+    `check_env`). Ray's default, uvloop, refuses some of what asyncio takes: the bwrap
+    sandbox could not start a program in it, so every code_exec episode failed."""
     return {
         "OMP_NUM_THREADS": str(cfg.ray.worker_threads),
         "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
+        "RAY_USE_UVLOOP": "0",
     }
 
 
@@ -134,6 +138,38 @@ def _min_version(group: list[Trajectory]) -> int:
 
 
 Verdict = Literal["keep", "stale", "failed", "filtered"]
+
+
+class _FailedGroups:
+    """The groups that failed since the last one that did not: their errors, and an example."""
+
+    def __init__(self) -> None:
+        self.in_a_row = 0
+        self.causes: Counter[str] = Counter()
+        self.example = ""
+
+    def add(self, group: list[Trajectory], verdict: Verdict) -> None:
+        if verdict != "failed":
+            self.in_a_row = 0
+            self.causes.clear()
+            return
+        self.in_a_row += 1
+        errors = [t.error for t in group if t.error is not None]
+        self.causes.update(e.cause for e in errors)
+        if errors:
+            self.example = f"{errors[-1].cause}: {errors[-1].message}"
+
+    def error(self, cfg: TrainConfig, out: Path, step: int) -> AgentHubError:
+        causes = ", ".join(f"{cause} x{n}" for cause, n in self.causes.most_common())
+        return AgentHubError(
+            f"the last {self.in_a_row} groups of episodes all ended in errors ({causes}), so "
+            f"there was nothing to train on; the last one: {self.example[:500]}. Try the "
+            f"environment by hand (agenthub repl --env {cfg.env}) or with "
+            "agenthub.testing.check_env. The run is checkpointed at step "
+            f"{step}: continue it with agenthub train --out {out} --resume "
+            f"(run.max_failed_groups={cfg.run.max_failed_groups} sets how many failed groups "
+            "in a row stop a run)"
+        )
 
 
 def triage(group: list[Trajectory], version: int, algo: AlgorithmConfig) -> Verdict:
@@ -182,6 +218,8 @@ class Trainer:
         self.stop_reason = ""
         self._sync_s = 0.0  # how long the last finished weight sync took
         self._pending_sync: asyncio.Task[None] | None = None
+        self._failed = _FailedGroups()
+        self._failure: AgentHubError | None = None  # raised once the run is checkpointed
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the run to stop after the step in progress (safe from a signal handler)."""
@@ -394,6 +432,8 @@ class Trainer:
         if cfg.eval.every and step > 0 and not self._stop.is_set():
             await self._evaluate(step)
         self._metrics.plot()
+        if self._failure is not None:
+            raise self._failure
         return {
             "steps": step,
             "stopped": self.stop_reason,
@@ -429,6 +469,7 @@ class Trainer:
             discarded = 0
             for group in got:
                 verdict = triage(group, version, algo)
+                self._failed.add(group, verdict)
                 if verdict == "failed":
                     batch.errors.update(t.error.cause for t in group if t.error is not None)
                 if verdict != "stale" and verdict != "failed":
@@ -441,6 +482,10 @@ class Trainer:
             if discarded:
                 # Their places go back at once: rollouts must go on while the batch fills.
                 await self._admission.discard.remote(discarded)
+            if self._failed.in_a_row >= self.config.run.max_failed_groups:
+                self._failure = self._failed.error(self.config, self.dir.path, version)
+                self.stop(f"the last {self._failed.in_a_row} groups failed")
+                return None
         return batch
 
     def _check_sync(self) -> None:

@@ -36,6 +36,13 @@ def _train(out: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "agenthub", "train", "--out", str(out), *args]
 
 
+def _complete(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A run to its end, its output captured."""
+    return subprocess.run(
+        _train(out, *args), capture_output=True, text=True, timeout=800, env=_env()
+    )
+
+
 def _records(out: Path) -> list[dict]:  # type: ignore[type-arg]
     from agenthub.trainer._metrics import read_metrics
 
@@ -169,12 +176,8 @@ def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) 
     # Each engine takes its own ranks after the learner's; a wrong layout fails or hangs the
     # first broadcast. Both workers play, and their engines run synced weights.
     out = tmp_path / "run"
-    done = subprocess.run(
-        _train(out, "--env", "code_exec", "--steps", "3", *SMALL, "eval.every=0", *TWO_WORKERS),
-        capture_output=True,
-        text=True,
-        timeout=800,
-        env=_env(),
+    done = _complete(
+        out, "--env", "code_exec", "--steps", "3", *SMALL, "eval.every=0", *TWO_WORKERS
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _trained_steps(out) == [1, 2, 3]
@@ -184,3 +187,29 @@ def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) 
     assert len(state["tasks_drawn"]) == 2 and min(state["tasks_drawn"]) > 0, state
     samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
+
+
+BROKEN = ["rollout.env_step_timeout_s=0.001", "run.max_failed_groups=3"]
+FIXED_ON_BWRAP = ["rollout.env_step_timeout_s=60", "env_kwargs.backend=bwrap"]
+
+
+@pytest.mark.timeout(900)
+def test_a_broken_env_stops_the_run_with_its_error_and_the_fixed_run_resumes(
+    tmp_path: Path,
+) -> None:
+    # Every episode failing used to leave the run waiting for a usable group forever, with
+    # nothing on the screen but "starting".
+    out = tmp_path / "run"
+    broken = _complete(out, "--env", "code_exec", "--steps", "2", *SMALL, "eval.every=0", *BROKEN)
+    assert broken.returncode == 1, broken.stdout[-3000:] + broken.stderr[-3000:]
+    assert "the last 3 groups of episodes all ended in errors (env_timeout x12)" in broken.stderr
+    assert "step took longer than 0.001 s" in broken.stderr
+    assert f"agenthub train --out {out} --resume" in broken.stderr
+    assert _state(out)["step"] == 0
+
+    # Fixed, and on the bubblewrap sandbox: Ray's default event loop (uvloop) could not start
+    # its programs, so every episode failed there too.
+    fixed = _complete(out, "--resume", "--steps", "1", *FIXED_ON_BWRAP)
+    assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-3000:]
+    assert _trained_steps(out) == [1]
+    assert json.loads((out / "config.json").read_text())["env_kwargs"] == {"backend": "bwrap"}

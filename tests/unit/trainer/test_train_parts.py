@@ -212,6 +212,22 @@ def test_triage_keeps_fresh_informative_groups_only() -> None:
     assert triage([_trajectory(1.0, 5), _trajectory(0.0, 5)], 5, narrow) == "filtered"
 
 
+def test_only_failed_groups_in_a_row_count_towards_stopping_the_run(tmp_path: Path) -> None:
+    from agenthub.trainer._loop import _FailedGroups
+
+    failed = [_trajectory(1.0, 0), _trajectory(0.0, 0, error=True)]
+    fine = [_trajectory(1.0, 0), _trajectory(0.0, 0)]
+    count = _FailedGroups()
+    for group in (failed, failed, fine, failed, failed, failed):
+        count.add(group, triage(group, 0, AlgorithmConfig()))
+    assert count.in_a_row == 3 and count.causes == {"env_error": 3}
+    message = str(count.error(load_config([], ["env=math"]), tmp_path / "run", 7))
+    assert "the last 3 groups of episodes all ended in errors (env_error x3)" in message
+    assert "the last one: env_error: boom" in message
+    assert f"agenthub train --out {tmp_path / 'run'} --resume" in message
+    assert "checkpointed at step 7" in message and "run.max_failed_groups=32" in message
+
+
 def test_batches_carry_advantages_or_for_gae_the_rewards_the_critic_needs(tmp_path: Path) -> None:
     from agenthub.trainer._loop import Trainer, _Batch
 
