@@ -141,23 +141,23 @@ Verdict = Literal["keep", "stale", "failed", "filtered"]
 
 
 class _FailedGroups:
-    """The groups that failed since the last one that did not: their errors, and an example."""
+    """The groups with an episode in error since the last group without one: how many, the
+    causes of their errors, and the last error."""
 
     def __init__(self) -> None:
         self.in_a_row = 0
         self.causes: Counter[str] = Counter()
         self.example = ""
 
-    def add(self, group: list[Trajectory], verdict: Verdict) -> None:
-        if verdict != "failed":
+    def add(self, group: list[Trajectory]) -> None:
+        errors = [t.error for t in group if t.error is not None]
+        if not errors:
             self.in_a_row = 0
             self.causes.clear()
             return
         self.in_a_row += 1
-        errors = [t.error for t in group if t.error is not None]
         self.causes.update(e.cause for e in errors)
-        if errors:
-            self.example = f"{errors[-1].cause}: {errors[-1].message}"
+        self.example = f"{errors[-1].cause}: {errors[-1].message}"
 
     def error(self, cfg: TrainConfig, out: Path, step: int) -> AgentHubError:
         causes = ", ".join(f"{cause} x{n}" for cause, n in self.causes.most_common())
@@ -469,7 +469,7 @@ class Trainer:
             discarded = 0
             for group in got:
                 verdict = triage(group, version, algo)
-                self._failed.add(group, verdict)
+                self._failed.add(group)
                 if verdict == "failed":
                     batch.errors.update(t.error.cause for t in group if t.error is not None)
                 if verdict != "stale" and verdict != "failed":

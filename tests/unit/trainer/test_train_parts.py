@@ -219,7 +219,7 @@ def test_only_failed_groups_in_a_row_count_towards_stopping_the_run(tmp_path: Pa
     fine = [_trajectory(1.0, 0), _trajectory(0.0, 0)]
     count = _FailedGroups()
     for group in (failed, failed, fine, failed, failed, failed):
-        count.add(group, triage(group, 0, AlgorithmConfig()))
+        count.add(group)
     assert count.in_a_row == 3 and count.causes == {"env_error": 3}
     message = str(count.error(load_config([], ["env=math"]), tmp_path / "run", 7))
     assert "the last 3 groups of episodes all ended in errors (env_error x3)" in message
