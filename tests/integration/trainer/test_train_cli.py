@@ -130,13 +130,7 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert f"resumed from {state['tag']}" in output
 
     target = killed_after["step"] + 2
-    again = subprocess.run(
-        _train(out, "--resume", "--steps", str(target)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=_env(),
-    )
+    again = _complete(out, "--resume", "--steps", str(target))
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"resumed from {killed_after['tag']}" in again.stdout + again.stderr
     steps = [r["step"] for r in _records(out) if "train/reward" in r]
