@@ -64,6 +64,12 @@ class RunDirectory:
             kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
             _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
+    def discard_logs(self) -> None:
+        """Delete what the run logged (metrics, sample trajectories, the reward plot, its wandb
+        run's id), for a run that starts again from step 0."""
+        for name in ("metrics.jsonl", "trajectories.jsonl", "reward.png", "wandb_run_id"):
+            (self.path / name).unlink(missing_ok=True)
+
     def write_state(self, state: dict[str, Any], keep: int) -> None:
         """Record a complete checkpoint as the newest, then delete all but the `keep` newest."""
         history = [*(self.state() or {}).get("history", []), state["tag"]]
@@ -230,13 +236,15 @@ class Trainer:
 
     def _prepare_directory(self) -> dict[str, Any] | None:
         state = self.dir.state()
-        if self.resume:
-            if state is None:
-                raise AgentHubError(
-                    f"--resume: {self.dir.path} has no checkpoint to resume from; start a new "
-                    "run without --resume"
-                )
-        elif state is not None or (self.dir.path / "metrics.jsonl").exists():
+        if self.resume and state is None:
+            # Stopped before its first checkpoint (killed, or Ctrl-C twice): the start is the
+            # last state it can go back to, so it starts again in the same directory.
+            self.log(
+                f"{self.dir.path} has no checkpoint yet (the run stopped before its first one); "
+                "starting it again from step 0"
+            )
+            self.dir.discard_logs()
+        elif not self.resume and (state is not None or (self.dir.path / "metrics.jsonl").exists()):
             raise AgentHubError(
                 f"{self.dir.path} already holds a training run; pass --resume to continue it, "
                 "or choose another --out"

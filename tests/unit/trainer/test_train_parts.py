@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the trainer needs the train extra")
 
-from agenthub import Env, Step, Task
+from agenthub import AgentHubError, Env, Step, Task
 from agenthub.agents import Timings, Trajectory
 from agenthub.agents._trajectory import EpisodeError
 from agenthub.trainer._config import (
@@ -22,7 +22,7 @@ from agenthub.trainer._config import (
     ConfigError,
     load_config,
 )
-from agenthub.trainer._loop import RunDirectory, triage
+from agenthub.trainer._loop import RunDirectory, Trainer, triage
 from agenthub.trainer._metrics import plot_rewards, read_metrics
 from agenthub.trainer._workers import Admission, task_stream
 
@@ -301,6 +301,22 @@ def test_resuming_forgets_metrics_logged_after_the_checkpoint(tmp_path: Path) ->
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     run.rewind_metrics(3)
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_path: Path) -> None:
+    # Killed (or Ctrl-C twice) before checkpoint 1: a new run there is refused, so --resume
+    # must start it again rather than send the user back to the command that refused.
+    config = load_config([], ["env=math"])
+    for name in ("metrics.jsonl", "trajectories.jsonl", "reward.png", "wandb_run_id"):
+        (tmp_path / name).write_text('{"step": 0, "eval/reward": 0.1}\n')
+    with pytest.raises(AgentHubError, match="already holds a training run; pass --resume"):
+        Trainer(config, tmp_path)._prepare_directory()
+    said: list[str] = []
+    resumed = Trainer(config, tmp_path, resume=True, log=said.append)
+    assert resumed._prepare_directory() is None, "no checkpoint state: from step 0"
+    assert "no checkpoint yet" in said[0] and "starting it again from step 0" in said[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"], "its old logs are gone"
+    assert RunDirectory(tmp_path).saved_config() == json.loads(config.model_dump_json())
 
 
 # -- weight sync -------------------------------------------------------------------------
