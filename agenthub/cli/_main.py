@@ -135,6 +135,13 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     return args
 
 
+def error_message(exc: AgentHubError) -> str:
+    """What the person is told. An error raised on purpose inside a Ray actor arrives as Ray's
+    wrapper of it, whose text is the actor's whole traceback: the message is the error's own."""
+    cause = getattr(exc, "cause", None)
+    return str(cause if isinstance(cause, AgentHubError) else exc)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
@@ -142,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except AgentHubError as exc:
-        print(f"agenthub: error: {exc}", file=sys.stderr)
+        print(f"agenthub: error: {error_message(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("agenthub: interrupted", file=sys.stderr)

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from agenthub import AgentHubError
 from agenthub.cli import main
+from agenthub.cli._main import error_message
 from agenthub.cli._scaffold import scaffold
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,6 +103,16 @@ def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("agenthub: error: no environment 'no_such_env'")
     assert "Traceback" not in result.stderr
+
+
+def test_an_error_raised_on_purpose_in_a_ray_actor_reads_as_itself() -> None:
+    exceptions = pytest.importorskip("ray.exceptions", reason="Ray comes with the train extra")
+    cause = AgentHubError("the sandbox image is missing; run scripts/setup.sh")
+    wrapped = exceptions.RayTaskError("start", "Traceback ...\n  File x.py", cause)
+    raised = wrapped.as_instanceof_cause()  # what ray.get raises in the driver
+    assert isinstance(raised, AgentHubError) and "File x.py" in str(raised)
+    assert error_message(raised) == "the sandbox image is missing; run scripts/setup.sh"
+    assert error_message(cause) == str(cause)
 
 
 def test_bad_key_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
