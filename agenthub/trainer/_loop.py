@@ -139,6 +139,30 @@ def _cancel(refs: list[Any]) -> None:
         ray.cancel(ref)
 
 
+async def _check_env(cfg: TrainConfig) -> None:
+    """Build the env and draw a task of each split the run reads, here in the driver: a wrong
+    id, argument or task file then fails in a second with its own message, before Ray starts
+    or anything is written, instead of as a traceback from inside a rollout worker."""
+    from agenthub._registry import make
+
+    splits = ["train", *([cfg.eval.split] if cfg.eval.every else [])]
+    try:
+        env = make(cfg.env, **cfg.env_kwargs)
+        try:
+            for split in splits:
+                if next(iter(env.tasks(split)), None) is None:
+                    raise AgentHubError(f"environment {cfg.env!r} has no {split!r} tasks")
+        finally:
+            await env.aclose()
+    except AgentHubError:
+        raise
+    except (TypeError, ValueError, OSError) as exc:
+        raise AgentHubError(
+            f"{exc} (from --env {cfg.env} with env_kwargs {cfg.env_kwargs}; check the "
+            "environment's arguments, given as env_kwargs.NAME=VALUE)"
+        ) from exc
+
+
 def _min_version(group: list[Trajectory]) -> int:
     return min((min(t.policy_versions) for t in group if t.policy_versions), default=0)
 
@@ -295,6 +319,7 @@ class Trainer:
         from agenthub.trainer._workers import Admission, LearnerWorker, RolloutWorker
 
         cfg = self.config
+        await _check_env(cfg)
         state = self._prepare_directory()
         model_path = resolve_model(cfg.model, needed=True)
         assert model_path is not None

@@ -319,6 +319,24 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_pa
     assert RunDirectory(tmp_path).saved_config() == json.loads(config.model_dump_json())
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env=nope"], "no environment 'nope'"),
+        (["env=math", "env_kwargs.bogus=1"], "unexpected keyword argument 'bogus'"),
+        (["env=math", 'env_kwargs.dataset="gone.jsonl"'], "task file gone.jsonl does not exist"),
+    ],
+)
+def test_a_wrong_env_fails_before_ray_starts_or_anything_is_written(
+    tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    import ray
+
+    with pytest.raises(AgentHubError, match=message):
+        Trainer(load_config([], overrides), tmp_path / "run").run()
+    assert not (tmp_path / "run").exists() and not ray.is_initialized()
+
+
 # -- weight sync -------------------------------------------------------------------------
 
 
