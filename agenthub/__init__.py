@@ -9,11 +9,13 @@ from agenthub._errors import (
     AgentFuncError,
     AgentHubError,
     CheckEnvError,
+    EnvArgumentsError,
     EnvNotFoundError,
     NoTaskSourceError,
     PluginLoadError,
     RewardFuncError,
     RewardModelError,
+    TaskFileError,
 )
 from agenthub._registry import list_envs, make, register, spec
 from agenthub._spec import EnvSpec
@@ -26,6 +28,7 @@ __all__ = [
     "AgentHubError",
     "CheckEnvError",
     "Env",
+    "EnvArgumentsError",
     "EnvNotFoundError",
     "EnvSpec",
     "Message",
@@ -36,6 +39,7 @@ __all__ = [
     "RewardModelError",
     "Step",
     "Task",
+    "TaskFileError",
     "list_envs",
     "make",
     "register",

@@ -6,11 +6,13 @@ __all__ = [
     "AgentFuncError",
     "AgentHubError",
     "CheckEnvError",
+    "EnvArgumentsError",
     "EnvNotFoundError",
     "NoTaskSourceError",
     "PluginLoadError",
     "RewardFuncError",
     "RewardModelError",
+    "TaskFileError",
 ]
 
 
@@ -20,6 +22,15 @@ class AgentHubError(Exception):
 
 class EnvNotFoundError(AgentHubError, LookupError):
     """No environment is registered under the requested id."""
+
+
+class EnvArgumentsError(AgentHubError, TypeError, ValueError):
+    """An environment's constructor rejected the arguments it was given. Also a `TypeError` and
+    a `ValueError` (what constructors raise for them), so code catching those still does."""
+
+
+class TaskFileError(AgentHubError, ValueError):
+    """A task file is missing, or a line of it is not a task of the expected form."""
 
 
 class PluginLoadError(AgentHubError, ImportError):

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from agenthub._env import Env
-from agenthub._errors import EnvNotFoundError, PluginLoadError
+from agenthub._errors import AgentHubError, EnvArgumentsError, EnvNotFoundError, PluginLoadError
 from agenthub._spec import EnvSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "list_envs", "load_entry_point", "make", "register", "spec"]
@@ -130,8 +130,12 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     arguments = {**base.kwargs, **kwargs}
     try:
         env = factory(**arguments)
-    except TypeError as exc:
-        raise TypeError(f"{_describe(base)} could not be built with {arguments}: {exc}") from exc
+    except AgentHubError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise EnvArgumentsError(
+            f"{_describe(base)} could not be built with {arguments}: {exc}"
+        ) from exc
     if not isinstance(env, Env):
         raise PluginLoadError(
             f"{_describe(base)} returned {type(env).__name__}, not an agenthub.Env; the entry "

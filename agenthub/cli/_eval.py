@@ -134,15 +134,15 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
     from agenthub.envs._tasks import read_jsonl_tasks
 
-    if identity["tasks"]:
-        selected = list(itertools.islice(read_jsonl_tasks(identity["tasks"]), n))
-    else:
-        env = make(identity["env"], **identity["env_kwargs"])
-        try:
+    env = make(identity["env"], **identity["env_kwargs"])  # also checks its arguments at once
+    try:
+        if identity["tasks"]:
+            selected = list(itertools.islice(read_jsonl_tasks(identity["tasks"]), n))
+        else:
             # A procedural task source may be endless: take only what is asked for.
             selected = list(itertools.islice(env.tasks(identity["split"]), n))
-        finally:
-            anyio.run(env.aclose)
+    finally:
+        anyio.run(env.aclose)
     ids = Counter(t.id for t in selected)
     if duplicated := [i for i, c in ids.items() if c > 1]:
         raise AgentHubError(f"task ids must be unique to resume a run; repeated: {duplicated[:5]}")

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from agenthub._errors import AgentHubError
+from agenthub._errors import AgentHubError, TaskFileError
 
 
 def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -19,7 +19,7 @@ def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, A
     error messages, `default_id` is `<file stem>-<line>` for records without an id."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"task file {path} does not exist")
+        raise TaskFileError(f"task file {path} does not exist")
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
@@ -28,9 +28,9 @@ def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, A
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{where} is not valid JSON: {exc}") from exc
+                raise TaskFileError(f"{where} is not valid JSON: {exc}") from exc
             if not isinstance(record, dict):
-                raise ValueError(f"{where} must be a JSON object, not {type(record).__name__}")
+                raise TaskFileError(f"{where} must be a JSON object, not {type(record).__name__}")
             yield where, f"{path.stem}-{n}", record
 
 

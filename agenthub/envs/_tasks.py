@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agenthub._errors import TaskFileError
 from agenthub._types import Message, Task
 from agenthub.envs._files import read_jsonl_records
 
@@ -25,7 +26,7 @@ def read_jsonl_tasks(
     the label under `label_key`, an optional `id`, everything else kept as metadata."""
     for where, default_id, record in read_jsonl_records(path):
         if input_key not in record:
-            raise ValueError(
+            raise TaskFileError(
                 f"{where} has no {input_key!r} field (it has {sorted(record)}); "
                 "choose the prompt field with input_key=..."
             )
@@ -38,7 +39,7 @@ def read_jsonl_tasks(
             )
             task = Task(id=task_id, prompt=messages, label=label, metadata=record)
         except (ValidationError, TypeError) as exc:
-            raise ValueError(
+            raise TaskFileError(
                 f"{where}: {input_key!r} must be text or a list of "
                 f"{{'role': ..., 'content': ...}} messages ({exc})"
             ) from exc

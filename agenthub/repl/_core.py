@@ -90,10 +90,7 @@ class Repl:
         self._reader = EntryReader()
 
     def make_env(self) -> Env[Any]:
-        try:
-            return make(self.spec, **self.env_kwargs)
-        except TypeError as exc:
-            raise AgentHubError(str(exc)) from exc
+        return make(self.spec, **self.env_kwargs)
 
     async def start(self) -> None:
         """Check the env can be built (so a bad id fails at once) and open the first episode."""

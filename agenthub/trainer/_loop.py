@@ -143,24 +143,27 @@ async def _check_env(cfg: TrainConfig) -> None:
     """Build the env and draw a task of each split the run reads, here in the driver: a wrong
     id, argument or task file then fails in a second with its own message, before Ray starts
     or anything is written, instead of as a traceback from inside a rollout worker."""
+    from agenthub._errors import EnvArgumentsError
     from agenthub._registry import make
 
-    splits = ["train", *([cfg.eval.split] if cfg.eval.every else [])]
     try:
         env = make(cfg.env, **cfg.env_kwargs)
-        try:
-            for split in splits:
+    except EnvArgumentsError as exc:
+        raise AgentHubError(f"{exc}; the run gives them as env_kwargs.NAME=VALUE") from exc
+    readers = {"train": "training"}
+    if cfg.eval.every:
+        readers.setdefault(cfg.eval.split, f"held-out evaluation (eval.every={cfg.eval.every})")
+    try:
+        for split, reader in readers.items():
+            try:
                 if next(iter(env.tasks(split)), None) is None:
-                    raise AgentHubError(f"environment {cfg.env!r} has no {split!r} tasks")
-        finally:
-            await env.aclose()
-    except AgentHubError:
-        raise
-    except (TypeError, ValueError, OSError) as exc:
-        raise AgentHubError(
-            f"{exc} (from --env {cfg.env} with env_kwargs {cfg.env_kwargs}; check the "
-            "environment's arguments, given as env_kwargs.NAME=VALUE)"
-        ) from exc
+                    raise AgentHubError(f"environment {cfg.env!r} gives no {split!r} tasks")
+            except (AgentHubError, ValueError, OSError) as exc:
+                hint = "" if split == "train" else "; or set eval.every=0, or eval.split=train"
+                message = f"{reader} reads split {split!r}: {str(exc).rstrip('.')}{hint}"
+                raise AgentHubError(message) from exc
+    finally:
+        await env.aclose()
 
 
 def _min_version(group: list[Trajectory]) -> int:

@@ -105,6 +105,24 @@ def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["math", "bogus=1"], "could not be built with {'bogus': 1}"),
+        (["math", "--tasks", "{tmp}/gone.jsonl"], "gone.jsonl does not exist"),
+        (["code_exec", "--tasks", "{tmp}/tasks.jsonl"], "tasks.jsonl:2 is not valid JSON"),
+        (["math", "--tasks", "{tmp}/tasks.jsonl", "bogus=1"], "unexpected keyword argument"),
+    ],
+)
+def test_eval_names_a_wrong_env_argument_or_task_file_without_a_traceback(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "tasks.jsonl").write_text('{"prompt": "Say hi", "label": "hi"}\nnot json\n')
+    result = agenthub("eval", "--env", *(a.format(tmp=tmp_path) for a in args))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("agenthub: error: ") and message in result.stderr
+
+
 def test_an_error_raised_on_purpose_in_a_ray_actor_reads_as_itself() -> None:
     exceptions = pytest.importorskip("ray.exceptions", reason="Ray comes with the train extra")
     cause = AgentHubError("the sandbox image is missing; run scripts/setup.sh")

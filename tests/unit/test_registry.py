@@ -3,7 +3,15 @@ from collections.abc import Iterator
 import pytest
 
 import agenthub
-from agenthub import EnvNotFoundError, EnvSpec, PluginLoadError, make, register, spec
+from agenthub import (
+    EnvArgumentsError,
+    EnvNotFoundError,
+    EnvSpec,
+    PluginLoadError,
+    make,
+    register,
+    spec,
+)
 from agenthub._registry import _registered
 
 from ._envs import CountdownEnv
@@ -81,5 +89,7 @@ def test_factory_returning_a_non_env_is_rejected() -> None:
 
 def test_wrong_arguments_name_the_env() -> None:
     register("countdown", "tests.unit._envs:CountdownEnv")
-    with pytest.raises(TypeError, match="environment 'countdown'.*could not be built"):
+    with pytest.raises(EnvArgumentsError, match="environment 'countdown'.*could not be built"):
         make("countdown", colour="red")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        make("countdown", colour="red")  # still what the constructor raised, for old callers

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agenthub._errors import TaskFileError
 from agenthub._types import Task
 from agenthub.envs._files import read_jsonl_records
 from agenthub.envs.code_exec._harness import FunctionTests, parse_spec
@@ -36,7 +37,7 @@ def read_code_tasks(path: str | Path, *, format: str = "auto") -> Iterator[Task]
             kind = _detect(record) if format == "auto" else format
             task = _READERS[kind](record, default_id)
         except (ValueError, KeyError, SyntaxError) as exc:
-            raise ValueError(f"{where}: not a valid {format} code task: {exc!r}") from exc
+            raise TaskFileError(f"{where}: not a valid {format} code task: {exc!r}") from exc
         yield task
 
 

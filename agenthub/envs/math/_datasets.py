@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from agenthub._errors import TaskFileError
 from agenthub._types import Task
 from agenthub.envs._files import read_jsonl_records
 from agenthub.envs.math._extract import gold_from_gsm8k, gold_from_math
@@ -24,7 +25,7 @@ def read_math_jsonl(path: str | Path, *, instruction: str = INSTRUCTION) -> Iter
         try:
             task = _task(record, default_id, instruction)
         except (KeyError, ValueError, TypeError) as exc:
-            raise ValueError(
+            raise TaskFileError(
                 f"{where}: {exc}. Each line needs 'question' and 'answer' (GSM8K, with "
                 "'#### N'), 'problem' and 'solution' (MATH, with \\boxed{}), or 'prompt' "
                 f"and 'label'; this one has {fields}"

@@ -325,6 +325,10 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_pa
         (["env=nope"], "no environment 'nope'"),
         (["env=math", "env_kwargs.bogus=1"], "unexpected keyword argument 'bogus'"),
         (["env=math", 'env_kwargs.dataset="gone.jsonl"'], "task file gone.jsonl does not exist"),
+        (
+            ["env=math", 'env_kwargs.dataset="{tmp}/gsm8k.jsonl"'],
+            "held-out evaluation .* reads split 'held_out': .* or set eval.every=0",
+        ),
     ],
 )
 def test_a_wrong_env_fails_before_ray_starts_or_anything_is_written(
@@ -332,8 +336,10 @@ def test_a_wrong_env_fails_before_ray_starts_or_anything_is_written(
 ) -> None:
     import ray
 
+    (tmp_path / "gsm8k.jsonl").write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
+    config = load_config([], [o.format(tmp=tmp_path) for o in overrides])
     with pytest.raises(AgentHubError, match=message):
-        Trainer(load_config([], overrides), tmp_path / "run").run()
+        Trainer(config, tmp_path / "run").run()
     assert not (tmp_path / "run").exists() and not ray.is_initialized()
 
 
