@@ -9,7 +9,7 @@ import math
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,6 +26,9 @@ from agenthub.agents import (
     Trajectory,
 )
 from agenthub.cli._envs import parse_kwargs
+
+if TYPE_CHECKING:
+    from agenthub.agents.default_model import BuildProgress
 
 TRAJECTORIES = "trajectories.jsonl"
 SUMMARY = "summary.json"
@@ -231,13 +234,18 @@ async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, Infere
     return chat, VLLMEngine(model, seed=args.seed, max_num_seqs=max(1, args.concurrency))
 
 
-def resolve_model(model: str | None, *, needed: bool) -> Path | None:
-    """`--model`: a directory, or `default` (also when nothing is given and a model is needed)."""
+def resolve_model(
+    model: str | None, *, needed: bool, progress: BuildProgress | None = None
+) -> Path | None:
+    """`--model`: a directory, or `default` (also when nothing is given and a model is needed).
+    The default model is built on first use (minutes), its phases shown on `progress`, or on a
+    display of their own that goes when it is done."""
     if model is None and not needed:
         return None
     if model is None or model == "default":
         try:
             from agenthub.agents.default_model import (  # type: ignore[import-not-found,unused-ignore]
+                RichBuildProgress,
                 ensure_default_model,
             )
         except ImportError as exc:
@@ -245,8 +253,10 @@ def resolve_model(model: str | None, *, needed: bool) -> Path | None:
                 "the embedded default model is not part of this agenthub build yet; pass "
                 "--model PATH (a local Hugging Face model directory) or --base-url URL"
             ) from exc
-        path: Path = ensure_default_model()
-        return path
+        if progress is not None:
+            return ensure_default_model(progress=progress)
+        with RichBuildProgress(transient=True) as shown:
+            return ensure_default_model(progress=shown)
     path = Path(model)
     if not (path / "config.json").is_file():
         raise AgentHubError(

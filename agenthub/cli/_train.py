@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from agenthub._errors import AgentHubError
 
@@ -113,7 +114,11 @@ def _run(config: object, out: Path, resume: bool) -> int:
     )
     bar = progress.add_task("train", total=config.run.max_steps, stats="starting")
 
+    started = False
+
     def on_step(report: StepReport) -> None:
+        nonlocal started
+        started = True
         held = "" if report.eval_reward is None else f"  held-out {report.eval_reward:.3f}"
         progress.update(
             bar,
@@ -123,7 +128,19 @@ def _run(config: object, out: Path, resume: bool) -> int:
             f"idle {report.idle_fraction:.0%}",
         )
 
-    trainer = Trainer(config, out, resume=resume, on_step=on_step, log=progress.console.print)
+    def log(line: str) -> None:
+        progress.console.print(line)
+        if not started:  # until the first step, the bar says what the run is doing
+            progress.update(bar, stats=line)
+
+    trainer = Trainer(
+        config,
+        out,
+        resume=resume,
+        on_step=on_step,
+        log=log,
+        build_progress=_BuildOnBar(progress, bar),
+    )
     console.print(f"agenthub train: env {config.env}, run directory {out}")
     with progress:
         summary = trainer.run()
@@ -141,3 +158,23 @@ def _run(config: object, out: Path, resume: bool) -> int:
         console.print(f"resume with: agenthub train --out {out} --resume")
     print(json.dumps(summary), file=sys.stdout)
     return 130 if interrupted else 0
+
+
+class _BuildOnBar:
+    """The default model's first build (minutes, once per machine) shown on the train bar."""
+
+    def __init__(self, progress: Any, bar: Any) -> None:
+        self._progress, self._bar = progress, bar
+        self._name, self._done, self._total = "", 0, 0
+
+    def phase(self, name: str, total: int | None = None) -> None:
+        self._name, self._done, self._total = name, 0, total or 0
+        self._show("")
+
+    def advance(self, loss: float | None = None) -> None:
+        self._done += 1
+        self._show("" if loss is None else f" loss {loss:.3f}")
+
+    def _show(self, loss: str) -> None:
+        steps = f" {self._done}/{self._total}" if self._total else ""
+        self._progress.update(self._bar, stats=f"default model: {self._name}{steps}{loss}")

@@ -21,12 +21,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
 from agenthub.trainer._config import AlgorithmConfig, TrainConfig
 from agenthub.trainer._metrics import MetricsLog, read_metrics
+
+if TYPE_CHECKING:
+    from agenthub.agents.default_model import BuildProgress
 
 __all__ = ["RunDirectory", "StepReport", "Trainer", "triage"]
 
@@ -241,12 +244,14 @@ class Trainer:
         resume: bool = False,
         on_step: Callable[[StepReport], None] | None = None,
         log: Callable[[str], None] = print,
+        build_progress: BuildProgress | None = None,
     ) -> None:
         self.config = config
         self.dir = RunDirectory(out)
         self.resume = resume
         self.on_step = on_step
         self.log = log
+        self.build_progress = build_progress  # shows the default model's first build
         self._stop = asyncio.Event()
         self.stop_reason = ""
         self._sync_s = 0.0  # how long the last finished weight sync took
@@ -324,7 +329,7 @@ class Trainer:
         cfg = self.config
         await _check_env(cfg)
         state = self._prepare_directory()
-        model_path = resolve_model(cfg.model, needed=True)
+        model_path = resolve_model(cfg.model, needed=True, progress=self.build_progress)
         assert model_path is not None
         self._start_ray()
         loop = asyncio.get_running_loop()

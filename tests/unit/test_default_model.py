@@ -193,6 +193,33 @@ def test_cache_builds_once_and_keys_on_config(tmp_path: Path) -> None:
     assert path.name == f"default-{default_model_key(TINY, demos)}"
 
 
+def test_train_shows_a_first_build_on_its_progress_bar(tmp_path: Path) -> None:
+    from rich.progress import Progress, TextColumn
+
+    from agenthub.cli._train import _BuildOnBar
+
+    progress = Progress(TextColumn("{task.fields[stats]}"))
+    bar = progress.add_task("train", stats="starting")
+    shown = _BuildOnBar(progress, bar)
+    seen: list[str] = []
+
+    class Watching:  # what the bar says after each report of the build
+        def phase(self, name: str, total: int | None = None) -> None:
+            shown.phase(name, total)
+            seen.append(progress.tasks[0].fields["stats"])
+
+        def advance(self, loss: float | None = None) -> None:
+            shown.advance(loss)
+            seen.append(progress.tasks[0].fields["stats"])
+
+    ensure_default_model(tmp_path, TINY, progress=Watching())
+    assert seen[0] == "default model: collecting demonstrations"
+    assert "default model: training the tokenizer" in seen
+    assert seen[-1] == "default model: saving"
+    sft = [line for line in seen if line.startswith("default model: warm start")]
+    assert sft[-1].startswith(f"default model: warm start (supervised) 4/{TINY.sft_steps} loss ")
+
+
 def test_concurrent_callers_build_once(tmp_path: Path) -> None:
     progresses = [RecordingProgress() for _ in range(3)]
     results: list[Path] = []

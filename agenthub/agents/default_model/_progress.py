@@ -38,9 +38,10 @@ class SilentBuildProgress:
 
 
 class RichBuildProgress:
-    """One line per phase on stderr, with a bar and the running loss for the SFT phase."""
+    """One line per phase on stderr, with a bar and the running loss for the SFT phase.
+    `transient`: the lines go when it stops (for a build on the way to something else)."""
 
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, *, transient: bool = False) -> None:
         self._progress = Progress(
             SpinnerColumn(finished_text="[green]done[/green]"),
             TextColumn("{task.description}"),
@@ -49,6 +50,7 @@ class RichBuildProgress:
             TextColumn("{task.fields[loss]}"),
             TimeElapsedColumn(),
             console=console or Console(stderr=True),
+            transient=transient,
         )
         self._current: TaskID | None = None
         self._total = 1
