@@ -258,6 +258,7 @@ class Trainer:
         self._pending_sync: asyncio.Task[None] | None = None
         self._failed = _FailedGroups()
         self._failure: AgentHubError | None = None  # raised once the run is checkpointed
+        self._set_up = False  # the run directory holds this run (--resume can find it)
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the run to stop after the step in progress (safe from a signal handler)."""
@@ -315,9 +316,31 @@ class Trainer:
         owns_ray = not ray.is_initialized()
         try:
             return asyncio.run(self._main())
+        except ray.exceptions.RayActorError as exc:
+            # A process of the run died (the OOM killer, a crash in native code): Ray's message
+            # says which and why; the driver's traceback adds nothing.
+            raise AgentHubError(f"{exc}\n{self._how_to_go_on()}") from exc
+        except Exception as exc:
+            # Errors raised on purpose in the driver say what to do; any other, once the run
+            # directory is set up, is told where the run can go on from.
+            if self._set_up and (
+                not isinstance(exc, AgentHubError) or isinstance(exc, ray.exceptions.RayError)
+            ):
+                self.log(f"the run failed: {type(exc).__name__}. {self._how_to_go_on()}")
+            raise
         finally:
             if owns_ray and ray.is_initialized():
                 ray.shutdown()
+
+    def _how_to_go_on(self) -> str:
+        command = f"agenthub train --out {self.dir.path} --resume"
+        try:
+            state = self.dir.state()
+        except (OSError, ValueError):
+            return f"Continue it with {command}"
+        if state is None:
+            return f"It has no checkpoint yet: {command} starts it again from step 0"
+        return f"It is checkpointed at step {state['step']}: continue it with {command}"
 
     async def _main(self) -> dict[str, Any]:
         import ray
@@ -329,6 +352,7 @@ class Trainer:
         cfg = self.config
         await _check_env(cfg)
         state = self._prepare_directory()
+        self._set_up = True
         model_path = resolve_model(cfg.model, needed=True, progress=self.build_progress)
         assert model_path is not None
         self._start_ray()

@@ -142,6 +142,56 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert summary["steps"] == target and summary["stopped"] == f"reached max_steps={target}"
 
 
+def _kill_descendant(run: subprocess.Popen[str], title: str) -> None:
+    """SIGKILL the process of the run whose title (Ray names its actors' processes) has
+    `title`, the way the OOM killer would."""
+    import psutil
+
+    for child in psutil.Process(run.pid).children(recursive=True):
+        try:
+            if title in " ".join(child.cmdline()):
+                child.kill()
+                return
+        except psutil.Error:
+            continue  # gone meanwhile
+    raise AssertionError(f"no {title} process under the run")
+
+
+@pytest.mark.timeout(900)
+def test_a_run_whose_learner_dies_says_so_and_where_to_go_on(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    log = tmp_path / "run.log"
+    run = _start(out, log, "--env", "code_exec", "--steps", "1000", *SMALL, "eval.every=0")
+    try:
+        _wait_until(run, log, lambda: (out / "checkpoints" / "state.json").exists())
+        _kill_descendant(run, "ray::LearnerWorker")
+        run.wait(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    output = log.read_text()
+    assert run.returncode == 1, output[-4000:]
+    assert "agenthub: error: The actor died" in output and "class_name: LearnerWorker" in output
+    step = _state(out)["step"]
+    assert f"checkpointed at step {step}: continue it with agenthub train --out {out} --resume" in (
+        output
+    )
+    assert "Traceback" not in output, "Ray's message says it all; the driver's frames do not"
+
+
+def test_a_run_that_fails_in_a_worker_says_where_to_go_on(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # passes the CLI's check, fails to load
+    out = tmp_path / "run"
+    failed = _complete(out, "--env", "math", "--model", str(model), "run.wandb=disabled")
+    said = " ".join((failed.stdout + failed.stderr).split())  # the console wraps lines
+    assert failed.returncode == 1, said[-3000:]
+    assert "the run failed: RayTaskError(ValueError). It has no checkpoint yet:" in said
+    assert "Unrecognized model" in said, "the error itself is shown"
+    assert "--resume starts it again from step 0" in said
+
+
 def test_train_refuses_to_overwrite_or_resume_the_wrong_thing(tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()

@@ -338,9 +338,11 @@ def test_a_wrong_env_fails_before_ray_starts_or_anything_is_written(
 
     (tmp_path / "gsm8k.jsonl").write_text('{"question": "1 + 1?", "answer": "#### 2"}\n')
     config = load_config([], [o.format(tmp=tmp_path) for o in overrides])
+    said: list[str] = []
     with pytest.raises(AgentHubError, match=message):
-        Trainer(config, tmp_path / "run").run()
+        Trainer(config, tmp_path / "run", log=said.append).run()
     assert not (tmp_path / "run").exists() and not ray.is_initialized()
+    assert said == [], "no run to --resume, so no word of one"
 
 
 # -- weight sync -------------------------------------------------------------------------
