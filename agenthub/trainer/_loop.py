@@ -439,52 +439,63 @@ class Trainer:
         sync: asyncio.Task[None] | None = None
         evals: list[asyncio.Task[None]] = []
         last_tokens, last_time = await self._generated_tokens(), time.monotonic()
-        while step < cfg.run.max_steps:
-            if self._stop.is_set():
-                break
-            if time.monotonic() >= deadline:
-                self.stop_reason = f"reached max_minutes={cfg.run.max_minutes:g}"
-                break
-            step_start = time.monotonic()
-            batch = await self._assemble(step, running)
-            if batch is None:
-                break
-            learn_start = time.monotonic()
-            learned = await self._learner.step.remote(self._collate(batch))
-            learn_s = time.monotonic() - learn_start
-            step += 1
-            if sync is not None:
-                await sync
-            sync = self._pending_sync = asyncio.create_task(self._sync(step))
-            if cfg.algorithm.max_staleness == 0:
-                await sync  # synchronous: the next rollouts need these weights
-            now = time.monotonic()
-            tokens = await self._generated_tokens()
-            record = self._record(step, batch, learned, now - step_start, learn_s)
-            record["time_s"] = now - started
-            record["tokens_per_s"] = (tokens - last_tokens) / max(now - last_time, 1e-9)
-            last_tokens, last_time = tokens, now
-            self._metrics.log(record)
-            self._save_samples(batch)
-            if step % cfg.run.checkpoint_every == 0:
-                await self._checkpoint(step, now - started)
-            if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.max_steps:
-                evals.append(asyncio.create_task(self._evaluate(step)))
-            if step % 5 == 0:
-                self._metrics.plot()
-            if self.on_step is not None:
-                self.on_step(
-                    StepReport(
-                        step=step,
-                        max_steps=cfg.run.max_steps,
-                        reward=record["train/reward"],
-                        tokens_per_s=record["tokens_per_s"],
-                        staleness=record["staleness/mean"],
-                        queue_depth=record["queue_depth"],
-                        idle_fraction=record["learner/idle_fraction"],
-                        eval_reward=self._last_eval,
+        logged, learning = step, False  # logged: the last step whose metrics are written
+        try:
+            while step < cfg.run.max_steps:
+                if self._stop.is_set():
+                    break
+                if time.monotonic() >= deadline:
+                    self.stop_reason = f"reached max_minutes={cfg.run.max_minutes:g}"
+                    break
+                step_start = time.monotonic()
+                batch = await self._assemble(step, running)
+                if batch is None:
+                    break
+                learn_start = time.monotonic()
+                learning = True  # until it returns, the learner's state is not a step's
+                learned = await self._learner.step.remote(self._collate(batch))
+                learning = False
+                learn_s = time.monotonic() - learn_start
+                step += 1
+                if sync is not None:
+                    await sync
+                sync = self._pending_sync = asyncio.create_task(self._sync(step))
+                if cfg.algorithm.max_staleness == 0:
+                    await sync  # synchronous: the next rollouts need these weights
+                now = time.monotonic()
+                tokens = await self._generated_tokens()
+                record = self._record(step, batch, learned, now - step_start, learn_s)
+                record["time_s"] = now - started
+                record["tokens_per_s"] = (tokens - last_tokens) / max(now - last_time, 1e-9)
+                last_tokens, last_time = tokens, now
+                self._metrics.log(record)
+                logged = step
+                self._save_samples(batch)
+                if step % cfg.run.checkpoint_every == 0:
+                    await self._checkpoint(step, now - started)
+                if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.max_steps:
+                    evals.append(asyncio.create_task(self._evaluate(step)))
+                if step % 5 == 0:
+                    self._metrics.plot()
+                if self.on_step is not None:
+                    self.on_step(
+                        StepReport(
+                            step=step,
+                            max_steps=cfg.run.max_steps,
+                            reward=record["train/reward"],
+                            tokens_per_s=record["tokens_per_s"],
+                            staleness=record["staleness/mean"],
+                            queue_depth=record["queue_depth"],
+                            idle_fraction=record["learner/idle_fraction"],
+                            eval_reward=self._last_eval,
+                        )
                     )
-                )
+        except Exception:
+            # A rollout worker died or failed: the learner's steps since the last checkpoint
+            # need not be lost with it, if it holds the state of a logged step.
+            if not learning and logged == step:
+                await self._checkpoint_after_failure(step, time.monotonic() - started, sync)
+            raise
         if sync is not None:
             await sync
         self.stop_reason = self.stop_reason or f"reached max_steps={cfg.run.max_steps}"
@@ -511,8 +522,11 @@ class Trainer:
     _first_eval: float | None = None
 
     async def _generated_tokens(self) -> int:
-        stats = await asyncio.gather(*(w.stats.remote() for w in self._workers))
-        return sum(int(s["generated_tokens"]) for s in stats)
+        # A dead worker is noticed, and its error raised, where the batch waits for it.
+        stats = await asyncio.gather(
+            *(w.stats.remote() for w in self._workers), return_exceptions=True
+        )
+        return sum(int(s["generated_tokens"]) for s in stats if not isinstance(s, BaseException))
 
     async def _assemble(self, version: int, running: list[Any]) -> _Batch | None:
         """Take groups off the queue until `batch_groups` usable ones are in hand."""
@@ -657,16 +671,39 @@ class Trainer:
     async def _checkpoint(self, step: int, elapsed_s: float) -> None:
         tag = f"step-{step}"
         await self._learner.save_checkpoint.remote(str(self.dir.checkpoints), tag)
-        stats = await asyncio.gather(*(w.stats.remote() for w in self._workers))
+        stats = await asyncio.gather(
+            *(w.stats.remote() for w in self._workers), return_exceptions=True
+        )
+        # A dead worker's place in its task stream is its last checkpointed one: its tasks
+        # since are played again.
+        before = (self.dir.state() or {}).get("tasks_drawn", [0] * len(stats))
         self.dir.write_state(
             {
                 "step": step,
                 "tag": tag,
-                "tasks_drawn": [int(s["tasks_drawn"]) for s in stats],
+                "tasks_drawn": [
+                    before[i] if isinstance(s, BaseException) else int(s["tasks_drawn"])
+                    for i, s in enumerate(stats)
+                ],
                 "elapsed_s": elapsed_s,
             },
             keep=self.config.run.keep_checkpoints,
         )
+
+    async def _checkpoint_after_failure(
+        self, step: int, elapsed_s: float, sync: asyncio.Task[None] | None
+    ) -> None:
+        """Checkpoint the learner at `step` after a failure elsewhere, if that saves steps and
+        the learner is idle: a weight sync still running may wait on a dead engine."""
+        state = self.dir.state()
+        if step == (state["step"] if state else 0):
+            return
+        if sync is not None and not (sync.done() and not sync.cancelled() and not sync.exception()):
+            return
+        try:
+            await asyncio.wait_for(self._checkpoint(step, elapsed_s), timeout=600)
+        except Exception as exc:
+            self.log(f"could not checkpoint step {step} after the failure: {exc!r}")
 
 
 class _interruptible:

@@ -179,6 +179,30 @@ def test_a_run_whose_learner_dies_says_so_and_where_to_go_on(tmp_path: Path) -> 
     assert "Traceback" not in output, "Ray's message says it all; the driver's frames do not"
 
 
+@pytest.mark.timeout(900)
+def test_a_run_whose_rollout_worker_dies_keeps_the_learners_steps(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    log = tmp_path / "run.log"
+    no_periodic = ["eval.every=0", "run.checkpoint_every=1000"]
+    run = _start(out, log, "--env", "code_exec", "--steps", "1000", *SMALL, *no_periodic)
+    try:
+        _wait_until(run, log, lambda: len(_trained_steps(out)) >= 2)
+        _kill_descendant(run, "ray::RolloutWorker")
+        run.wait(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    output = log.read_text()
+    assert run.returncode == 1, output[-4000:]
+    assert "class_name: RolloutWorker" in output
+    steps = _trained_steps(out)
+    assert _state(out)["step"] == steps[-1] >= 2, "checkpointed at the last step it logged"
+    assert f"checkpointed at step {steps[-1]}: continue it with" in output
+    again = _complete(out, "--resume", "--steps", str(steps[-1] + 1))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert _trained_steps(out) == list(range(1, steps[-1] + 2))
+
+
 def test_a_run_that_fails_in_a_worker_says_where_to_go_on(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
