@@ -694,16 +694,22 @@ class Trainer:
         self, step: int, elapsed_s: float, sync: asyncio.Task[None] | None
     ) -> None:
         """Checkpoint the learner at `step` after a failure elsewhere, if that saves steps and
-        the learner is idle: a weight sync still running may wait on a dead engine."""
+        the learner is idle. A weight sync into a dead engine fails (the learner's weights stay
+        as they were) or hangs: it is given a while to end, and the learner left alone if not."""
         state = self.dir.state()
         if step == (state["step"] if state else 0):
             return
-        if sync is not None and not (sync.done() and not sync.cancelled() and not sync.exception()):
-            return
+        if sync is not None:
+            await asyncio.wait({sync}, timeout=60)
+            if not sync.done():
+                self.log(f"could not checkpoint step {step}: the learner is still sending weights")
+                return
         try:
             await asyncio.wait_for(self._checkpoint(step, elapsed_s), timeout=600)
         except Exception as exc:
             self.log(f"could not checkpoint step {step} after the failure: {exc!r}")
+        else:
+            self.log(f"checkpointed step {step} after the failure")
 
 
 class _interruptible:
