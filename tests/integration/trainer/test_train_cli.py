@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -270,7 +271,12 @@ def test_a_broken_env_stops_the_run_with_its_error_and_the_fixed_run_resumes(
     out = tmp_path / "run"
     broken = _complete(out, "--env", "code_exec", "--steps", "2", *SMALL, "eval.every=0", *BROKEN)
     assert broken.returncode == 1, broken.stdout[-3000:] + broken.stderr[-3000:]
-    assert "the last 3 groups of episodes all ended in errors (env_timeout x12)" in broken.stderr
+    # Groups come off the queue up to two at a time, so the count may pass the limit of 3.
+    said = re.search(
+        r"the last (\d+) groups of episodes all ended in errors \((.*?)\)", broken.stderr
+    )
+    assert said is not None, broken.stderr[-3000:]
+    assert int(said[1]) in (3, 4) and said[2] == f"env_timeout x{4 * int(said[1])}", said[0]
     assert "step took longer than 0.001 s" in broken.stderr
     assert f"agenthub train --out {out} --resume" in broken.stderr
     assert _state(out)["step"] == 0
