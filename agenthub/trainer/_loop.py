@@ -451,14 +451,16 @@ class Trainer:
                 batch = await self._assemble(step, running)
                 if batch is None:
                     break
+                if sync is not None:
+                    # The learner sends the last step's weights before it can step again (one
+                    # call at a time); a sync that failed stops the run here, not a step later.
+                    await sync
                 learn_start = time.monotonic()
                 learning = True  # until it returns, the learner's state is not a step's
                 learned = await self._learner.step.remote(self._collate(batch))
                 learning = False
                 learn_s = time.monotonic() - learn_start
                 step += 1
-                if sync is not None:
-                    await sync
                 sync = self._pending_sync = asyncio.create_task(self._sync(step))
                 if cfg.algorithm.max_staleness == 0:
                     await sync  # synchronous: the next rollouts need these weights
@@ -495,6 +497,8 @@ class Trainer:
             # need not be lost with it, if it holds the state of a logged step.
             if not learning and logged == step:
                 await self._checkpoint_after_failure(step, time.monotonic() - started, sync)
+            if sync is not None and sync.done() and not sync.cancelled():
+                sync.exception()  # a sync into the dead engine failed too: not news
             raise
         if sync is not None:
             await sync
