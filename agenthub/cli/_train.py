@@ -6,9 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,7 +166,7 @@ def _run(config: object, out: Path, resume: bool) -> int:
 class _BuildOnBar:
     """The default model's first build (minutes, once per machine) shown on the train bar."""
 
-    def __init__(self, progress: Any, bar: Any) -> None:
+    def __init__(self, progress: Progress, bar: TaskID) -> None:
         self._progress, self._bar = progress, bar
         self._name, self._done, self._total = "", 0, 0
 
