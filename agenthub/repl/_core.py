@@ -47,9 +47,24 @@ from agenthub.repl._render import (
 from agenthub.repl._replay import Replay
 from agenthub.repl._tasks import TaskSource
 
-__all__ = ["EngineFactory", "Repl"]
+__all__ = ["EngineFactory", "Repl", "check_env"]
 
 EngineFactory = Callable[[], Awaitable[InferenceEngine]]
+
+
+async def check_env(env_id: str, env_kwargs: dict[str, Any]) -> str | EnvSpec:
+    """The spec `env_id` names, after building its env once and closing it, so that a wrong id
+    or argument fails at once (the CLI calls it before loading a model, too)."""
+    spec: str | EnvSpec = env_id
+    if ":" in env_id:
+        # "package.module:Attr" names an env class directly, registered or not.
+        spec = EnvSpec(id=env_id, entry_point=env_id)
+        if "" not in sys.path and str(Path.cwd()) not in sys.path:
+            # As `python -m` does, so a module beside the person is found.
+            sys.path.insert(0, str(Path.cwd()))
+    probe = make(spec, **env_kwargs)
+    await probe.aclose()
+    return spec
 
 
 class Repl:
@@ -94,14 +109,7 @@ class Repl:
 
     async def start(self) -> None:
         """Check the env can be built (so a bad id fails at once) and open the first episode."""
-        if ":" in self.env_id:
-            # "package.module:Attr" names an env class directly, registered or not.
-            self.spec = EnvSpec(id=self.env_id, entry_point=self.env_id)
-            if "" not in sys.path and str(Path.cwd()) not in sys.path:
-                # As `python -m` does, so a module beside the person is found.
-                sys.path.insert(0, str(Path.cwd()))
-        probe = self.make_env()
-        await probe.aclose()
+        self.spec = await check_env(self.env_id, self.env_kwargs)
         self.console.print(Text(ENTRY_HELP + " :help lists the commands.", style="dim"))
         await self._new_episode(await self.tasks.get(self.task_index))
 

@@ -123,6 +123,20 @@ def test_eval_names_a_wrong_env_argument_or_task_file_without_a_traceback(
     assert result.stderr.startswith("agenthub: error: ") and message in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["nope"], "no environment 'nope'"), (["math", "bogus=1"], "unexpected keyword argument")],
+)
+def test_repl_names_a_wrong_env_before_it_loads_the_model(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    # The model directory is no model either: the env's error must come first, as the model
+    # would otherwise load (or on a first run be built, for minutes) before the typo is found.
+    result = agenthub("repl", "--model", str(tmp_path), "--env", *args)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("agenthub: error: ") and message in result.stderr
+
+
 def test_an_error_raised_on_purpose_in_a_ray_actor_reads_as_itself() -> None:
     exceptions = pytest.importorskip("ray.exceptions", reason="Ray comes with the train extra")
     cause = AgentHubError("the sandbox image is missing; run scripts/setup.sh")

@@ -331,7 +331,7 @@ def test_repl_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None
 def test_repl_without_a_model_directory_exits_with_a_message(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code = main(["repl", "--env", "no-such-env", "--model", str(tmp_path)])
+    code = main(["repl", "--env", "math", "--model", str(tmp_path)])
     assert code == 1 and "no config.json" in capsys.readouterr().err
 
 
