@@ -98,9 +98,10 @@ class BwrapSandbox(_ProcessSandbox):
         stdin_fd = _memfd("stdin", stdin)
         try:
             command = _prlimit(limits, nproc=as_root) + _bwrap_argv(files, fds, limits)
-            uid = BWRAP_UID_BASE + slot if as_root else None
+            if as_root:
+                command = _as_user(BWRAP_UID_BASE + slot) + command
             outcome = await supervise(
-                command, stdin_fd=stdin_fd, pass_fds=fds, limits=limits, user=uid, cwd="/"
+                command, stdin_fd=stdin_fd, pass_fds=fds, limits=limits, cwd="/"
             )
         finally:
             for fd in [*fds, stdin_fd]:
@@ -130,7 +131,7 @@ class UnisolatedSandbox(_ProcessSandbox):
                 (work / name).write_bytes(data)
             command = [*_prlimit(limits, nproc=False), _python(), MAIN]
             outcome = await supervise(
-                command, stdin_fd=stdin_fd, pass_fds=(), limits=limits, user=None, cwd=str(work)
+                command, stdin_fd=stdin_fd, pass_fds=(), limits=limits, cwd=str(work)
             )
         finally:
             os.close(stdin_fd)
@@ -144,7 +145,6 @@ async def supervise(
     stdin_fd: int,
     pass_fds: Sequence[int],
     limits: Limits,
-    user: int | None,
     cwd: str,
 ) -> RawOutcome:
     """Run `command` in a new session, cap its output, kill its whole process group at the
@@ -158,9 +158,6 @@ async def supervise(
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", **_ENV},
         start_new_session=True,
         pass_fds=pass_fds,
-        user=user,
-        group=user,
-        extra_groups=[] if user is not None else None,
     )
     flooded = anyio.Event()
     out, err = bytearray(), bytearray()
@@ -270,6 +267,13 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+def _as_user(uid: int) -> list[str]:
+    """Run what follows as `uid` (its own group, no others). setpriv rather than
+    `open_process(user=...)`: uvloop, the event loop of Ray's actors and of many harnesses,
+    refuses those arguments, so the sandbox would fail on it."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
 def _prlimit(limits: Limits, *, nproc: bool) -> list[str]:
     memory = limits.memory_mb * 1024 * 1024
     argv = ["prlimit", f"--as={memory}", "--core=0"]
@@ -320,18 +324,14 @@ def bwrap_problem() -> str | None:
         return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     if shutil.which("prlimit") is None:
         return "prlimit (util-linux) is not installed"
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is not installed"
     probe = _bwrap_argv({}, [], Limits())
     probe[probe.index("--") + 1 :] = [_python(), "-c", "pass"]
-    as_root = os.geteuid() == 0
+    if os.geteuid() == 0:
+        probe = _as_user(BWRAP_UID_BASE) + probe
     try:
-        done = subprocess.run(
-            probe,
-            capture_output=True,
-            timeout=30,
-            user=BWRAP_UID_BASE if as_root else None,
-            group=BWRAP_UID_BASE if as_root else None,
-            extra_groups=[] if as_root else None,
-        )
+        done = subprocess.run(probe, capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"bubblewrap could not run: {exc}"
     if done.returncode != 0:

@@ -202,3 +202,15 @@ async def test_stdin_files_and_a_clean_work_dir_per_run(sandbox: Sandbox) -> Non
     assert again.stdout == "['main.py']\n"
     failed = await sandbox.run("import sys\nsys.exit(3)")
     assert (failed.status, failed.exit_code) == (ExecStatus.RUNTIME_ERROR, 3)
+
+
+@pytest.mark.parametrize("anyio_backend", [pytest.param(("asyncio", {"use_uvloop": True}))])
+async def test_bwrap_runs_on_uvloop_as_an_unprivileged_user() -> None:
+    # uvloop (Ray actors' loop, and many harnesses') refuses open_process(user=...): the
+    # sandbox drops to its own user another way, and a hostile program is still contained.
+    async with BwrapSandbox(limits=Limits(timeout_s=TIMEOUT_S), concurrency=1) as box:
+        who = await box.run("import os\nprint(os.getuid(), os.getgid(), os.getgroups())")
+        bomb = await box.run(HOSTILE["fork_bomb"][0])
+    expected = f"{BWRAP_UID_BASE} {BWRAP_UID_BASE} []\n" if os.geteuid() == 0 else None
+    assert who.status is ExecStatus.OK and who.stdout == (expected or who.stdout), who
+    assert bomb.status is ExecStatus.TIMEOUT and not _bwrap_processes()
