@@ -126,8 +126,9 @@ def _worker_env(cfg: TrainConfig) -> dict[str, str]:
     and a warning at every weight sync that rotary embeddings have no weights to load) kept
     out of the run's output unless the user asks for it with VLLM_LOGGING_LEVEL, and asyncio's
     own event loop, which environments run on everywhere else (`agenthub eval`, the REPL,
-    `check_env`). Ray's default, uvloop, refuses some of what asyncio takes: the bwrap
-    sandbox could not start a program in it, so every code_exec episode failed."""
+    `check_env`), so an env trains on the loop it was checked on. Ray's default, uvloop,
+    refuses some of what asyncio takes (`open_process(user=...)`, which the bwrap sandbox
+    once used, so every code_exec episode failed there)."""
     return {
         "OMP_NUM_THREADS": str(cfg.ray.worker_threads),
         "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
