@@ -15,6 +15,7 @@ import anyio
 from agenthub._env import Env
 from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._registry import make
+from agenthub._returns import reset_problem, step_problem
 from agenthub._spec import EnvSpec
 from agenthub._types import Step, Task
 from agenthub.agents._chat import ChatTokenizer
@@ -67,6 +68,12 @@ async def _bounded(
         return await call()
     assert scope.cancelled_caught
     raise _Failed(failure, f"{what} took longer than {limit_s} s")
+
+
+def _check(problem: str | None) -> None:
+    """An env that returns the wrong thing fails its episode, like one that raises."""
+    if problem is not None:
+        raise _Failed("env_error", problem)
 
 
 def _derive_seed(base: int, task_id: str, sample: int, turn: int = -1) -> int:
@@ -197,7 +204,9 @@ class EpisodeRunner:
     async def _play(self, env: Env[Any], task: Task, sample: int, state: _Episode) -> None:
         config = self.config
         seed = None if config.seed is None else _derive_seed(config.seed, task.id, sample)
-        observation, _ = await self._env_call(state, "reset", lambda: env.reset(task, seed=seed))
+        reset = await self._env_call(state, "reset", lambda: env.reset(task, seed=seed))
+        _check(reset_problem(reset))
+        observation, _ = reset
         session = Session.start(
             self.chat,
             task,
@@ -218,6 +227,7 @@ class EpisodeRunner:
             action = session.add_generation(generation)
             state.turns += 1
             step = await self._env_call(state, "step", partial(env.step, action))
+            _check(step_problem(step))
             self._record(step, state)
             if step.terminated or step.truncated:
                 state.terminated, state.truncated = step.terminated, step.truncated

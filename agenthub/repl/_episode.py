@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agenthub._env import Env
+from agenthub._returns import checked_reset, checked_step
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import ChatTokenizer, Generation, Session, Timings, Trajectory
 
@@ -81,7 +82,7 @@ class Episode:
         env = make_env()
         started = time.perf_counter()
         try:
-            observation, info = await env.reset(task, seed=seed)
+            observation, info = checked_reset(await env.reset(task, seed=seed))
         except BaseException:
             await env.aclose()
             raise
@@ -113,7 +114,7 @@ class Episode:
             session.generated_tokens -= n
         started = time.perf_counter()
         try:
-            step = await self.env.step(action.text)
+            step = checked_step(await self.env.step(action.text))
         except BaseException:
             session.rollback(before)
             raise

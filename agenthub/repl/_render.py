@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from agenthub._errors import RewardFuncError, RewardModelError
+from agenthub._returns import EnvReturnError
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import ChatTokenizer, SamplingParams
 from agenthub.repl._episode import Episode, TokenKind
@@ -94,6 +95,10 @@ def show_failure(
     if cause is None:
         scoring = isinstance(exc, RewardFuncError | RewardModelError)
         cause = "score_error" if scoring else "env_error"
+    if isinstance(exc, EnvReturnError):
+        # The env returned the wrong thing: the traceback would point at agenthub's code.
+        console.print(Text(f"{cause}: {exc}", style="bold red"), markup=False)
+        return
     console.print(
         Text(f"{cause}: {what} raised {type(exc).__name__}: {exc}", style="bold red"),
         markup=False,

@@ -28,6 +28,8 @@ class GuessEnv(Env[list[Message]]):
     async def step(self, action: str) -> Step[list[Message]]:
         if "boom" in action:
             raise RuntimeError("the env blew up on purpose")
+        if "gym" in action:
+            return ([], 0.0, False, False, {})  # type: ignore[return-value]
         self.guesses += 1
         found = re.search(r"-?\d+", action)
         if found is None:
@@ -50,3 +52,10 @@ class BrokenResetEnv(GuessEnv):
         self, task: Task, *, seed: int | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
         raise OSError("the env cannot reach its data")
+
+
+class ObservationOnlyResetEnv(GuessEnv):
+    async def reset(  # type: ignore[override]
+        self, task: Task, *, seed: int | None = None
+    ) -> list[Message]:
+        return [Message(role="user", content="Your first guess?")]

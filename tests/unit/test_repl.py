@@ -283,6 +283,21 @@ async def test_an_env_whose_reset_raises_is_reported(chat: ChatTokenizer) -> Non
     await h.repl.aclose()
 
 
+async def test_an_env_returning_the_wrong_type_is_named_as_such(chat: ChatTokenizer) -> None:
+    h = await started(chat)
+    before = list(h.episode.session.tokens)
+    out = await h.type("gym", "")
+    assert "env_error: step must return agenthub.Step(" in out and "got a 5-tuple" in out
+    assert "Traceback" not in out and "the step was not applied" in out
+    assert h.episode.session.tokens == before and not h.episode.actions
+    await h.repl.aclose()
+    h = await started(chat, env="tests.unit._repl_envs:ObservationOnlyResetEnv")
+    out = h.buffer.getvalue()
+    assert "env_error: reset must return (observation, info), got list" in out
+    assert h.repl.episode is None
+    await h.repl.aclose()
+
+
 async def test_bad_env_ids_and_task_indices_fail_clearly(chat: ChatTokenizer) -> None:
     with pytest.raises(EnvNotFoundError, match="no environment 'no-such-env'"):
         await Harness(chat, env="no-such-env").repl.start()

@@ -12,7 +12,8 @@ from agenthub import Env, Message, RewardFuncError, Step, Task
 class TrackedEnv(Env[list[Message]]):
     """Counts down from the task's label; behaviour per task comes from `task.metadata`:
     `fail_at` (turn whose step raises), `step_delay_s`, `score_error` (raise a scoring error),
-    `close_error` (`aclose` raises)."""
+    `close_error` (`aclose` raises), `wrong_return` (`reset` or `step` returns a wrong type:
+    "reset_obs_only", "step_tuple", "step_dicts", "step_int_flag")."""
 
     live: ClassVar[set[int]] = set()
     made: ClassVar[int] = 0
@@ -37,7 +38,10 @@ class TrackedEnv(Env[list[Message]]):
         self.reseed(seed)
         assert isinstance(task.label, int)
         self.remaining, self.turn, self.meta = task.label, 0, dict(task.metadata)
-        return [Message(role="user", content=f"Start at {self.remaining}.")], {}
+        observation = [Message(role="user", content=f"Start at {self.remaining}.")]
+        if self.meta.get("wrong_return") == "reset_obs_only":
+            return observation  # type: ignore[return-value]
+        return observation, {}
 
     async def step(self, action: str) -> Step[list[Message]]:
         TrackedEnv.in_flight += 1
@@ -51,6 +55,13 @@ class TrackedEnv(Env[list[Message]]):
                 raise RewardFuncError("reward file returned a string")
             self.remaining -= 1
             done = self.remaining <= 0
+            wrong = self.meta.get("wrong_return")
+            if wrong == "step_tuple":
+                return ([], 0.0, done, False, {})  # type: ignore[return-value]
+            if wrong == "step_dicts":
+                return Step([{"role": "user", "content": "again"}])  # type: ignore[list-item]
+            if wrong == "step_int_flag":
+                return Step([], terminated=int(done))  # type: ignore[arg-type]
             return Step(
                 [Message(role="user", content=str(self.remaining))],
                 reward=1.0 if done else 0.0,

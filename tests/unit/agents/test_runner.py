@@ -121,6 +121,27 @@ async def test_env_failures_are_typed_errors_and_siblings_finish(chat: ChatToken
     assert "aclose: OSError" in by_id["task-4"].error.message
 
 
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        ("reset_obs_only", "reset must return (observation, info), got list"),
+        ("step_tuple", "step must return agenthub.Step(observation, reward, terminated, "),
+        ("step_dicts", "observation list holding dict"),
+        ("step_int_flag", "Step.terminated must be a bool, got 1"),
+    ],
+)
+async def test_an_env_returning_the_wrong_type_fails_only_its_episode(
+    chat: ChatTokenizer, wrong: str, message: str
+) -> None:
+    out = await runner(replying(chat), chat).collect(
+        [task(0, label=1, wrong_return=wrong), task(1)]
+    )
+    by_id = {t.task_id: t for t in out}
+    error = by_id["task-0"].error
+    assert error is not None and error.cause == "env_error" and message in error.message, error
+    assert by_id["task-1"].error is None and by_id["task-1"].terminated
+
+
 class FailingEngine(FakeEngine):
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
         raise EngineError("server answered 500")

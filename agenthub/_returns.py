@@ -1,0 +1,92 @@
+"""What `reset` and `step` must return, checked wherever an env's answer is used (the episode
+runner, the REPL, `check_env`), so a wrong type is named as the env's mistake, on that one
+episode, instead of surfacing later as an AttributeError in agenthub's own code."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from agenthub._types import Message, Step
+
+
+class EnvReturnError(TypeError):
+    """An env's `reset` or `step` returned the wrong thing; the message says what it must be."""
+
+
+def checked_reset(value: Any) -> tuple[Any, Mapping[str, Any]]:
+    """`value` if `reset` may return it, else `EnvReturnError`."""
+    if problem := reset_problem(value):
+        raise EnvReturnError(problem)
+    return value  # type: ignore[no-any-return]
+
+
+def checked_step(value: Any) -> Step[Any]:
+    """`value` if `step` may return it, else `EnvReturnError`."""
+    if problem := step_problem(value):
+        raise EnvReturnError(problem)
+    return value  # type: ignore[no-any-return]
+
+
+def reset_problem(value: Any) -> str | None:
+    """Why `value` is not what `reset` must return, `(observation, info)`, or None."""
+    if not (isinstance(value, tuple) and len(value) == 2):
+        shape = f"a {len(value)}-tuple" if isinstance(value, tuple) else type(value).__name__
+        return f"reset must return (observation, info), got {shape}"
+    observation, info = value
+    return observation_problem("reset", observation) or info_problem("reset", info)
+
+
+def step_problem(value: Any) -> str | None:
+    """Why `value` is not what `step` must return, an `agenthub.Step`, or None."""
+    if not isinstance(value, Step):
+        shape = f"a {len(value)}-tuple" if isinstance(value, tuple) else type(value).__name__
+        return (
+            f"step must return agenthub.Step(observation, reward, terminated, truncated, info), "
+            f"got {shape}"
+        )
+    if problem := observation_problem("step", value.observation) or info_problem(
+        "step", value.info
+    ):
+        return problem
+    for flag in ("terminated", "truncated"):
+        if not isinstance(getattr(value, flag), bool):
+            return f"Step.{flag} must be a bool, got {getattr(value, flag)!r}"
+    if value.score is not None and not finite(value.score):
+        return f"Step.score must be a finite float or None, got {value.score!r}"
+    if not isinstance(value.extra_logs, Mapping):
+        return f"Step.extra_logs must be a dict, got {type(value.extra_logs).__name__}"
+    if bad := {k: v for k, v in value.extra_logs.items() if not finite(v)}:
+        return f"Step.extra_logs values must be finite numbers, got {bad!r}"
+    return None
+
+
+def observation_problem(where: str, observation: Any) -> str | None:
+    """Why `observation` is neither a str nor a list of `agenthub.Message`s, or None."""
+    if isinstance(observation, str):
+        return None
+    if isinstance(observation, list):
+        wrong = [m for m in observation if not isinstance(m, Message)]
+        if not wrong:
+            return None
+        return (
+            f"{where} returned an observation list holding {type(wrong[0]).__name__} "
+            f"{wrong[0]!r:.60}; each item must be an agenthub.Message(role=..., content=...)"
+        )
+    return (
+        f"{where} returned an observation of type {type(observation).__name__}; it must be a "
+        "list of agenthub.Message or a str"
+    )
+
+
+def info_problem(where: str, info: Any) -> str | None:
+    """Why `info` is not a dict, or None."""
+    if not isinstance(info, Mapping):
+        return f"{where} info must be a dict, got {type(info).__name__}"
+    return None
+
+
+def finite(value: Any) -> bool:
+    """A finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
