@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -114,7 +114,7 @@ class EpisodeRunner:
 
     async def run(
         self,
-        work: Iterable[Task] | Iterable[tuple[Task, int]],
+        work: Iterable[Task] | Iterable[tuple[Task, int | Sequence[int]]],
         *,
         on_trajectory: Callable[[Trajectory], Awaitable[None]] | None = None,
         on_group: Callable[[list[Trajectory]], Awaitable[None]] | None = None,
@@ -122,7 +122,8 @@ class EpisodeRunner:
     ) -> None:
         """Run every task's group of episodes, at most `config.concurrency` episodes at once.
 
-        `work` gives tasks (each run `n_samples_per_prompt` times) or `(task, n)` pairs.
+        `work` gives tasks (each run `n_samples_per_prompt` times), `(task, n)` pairs (samples
+        0..n-1) or `(task, samples)` pairs naming which samples to run (a resumed eval's).
         `on_trajectory` is awaited as each episode finishes, `on_group` as each task's group
         does; both apply back-pressure. `admission`, when given, is awaited before each group
         starts (the trainer's bound on how far rollouts run ahead of the learner). Tasks are
@@ -134,7 +135,7 @@ class EpisodeRunner:
             math.ceil(self.config.concurrency / self.config.n_samples_per_prompt) + 1
         )
 
-        async def group(task: Task, n: int) -> None:
+        async def group(task: Task, samples: Sequence[int]) -> None:
             try:
                 finished: dict[int, Trajectory] = {}
 
@@ -145,22 +146,25 @@ class EpisodeRunner:
                         await on_trajectory(finished[i])
 
                 async with anyio.create_task_group() as tg:
-                    for i in range(n):
+                    for i in samples:
                         tg.start_soon(one, i)
                 if on_group is not None:
-                    await on_group([finished[i] for i in range(n)])
+                    await on_group([finished[i] for i in samples])
             finally:
                 admit.release()
 
         async with anyio.create_task_group() as tg:
             for item in work:
                 task, n = item if isinstance(item, tuple) else (item, None)
+                n = self.config.n_samples_per_prompt if n is None else n
                 await admit.acquire()
                 if admission is not None:
                     await admission()
-                tg.start_soon(group, task, self.config.n_samples_per_prompt if n is None else n)
+                tg.start_soon(group, task, range(n) if isinstance(n, int) else n)
 
-    async def collect(self, work: Iterable[Task] | Iterable[tuple[Task, int]]) -> list[Trajectory]:
+    async def collect(
+        self, work: Iterable[Task] | Iterable[tuple[Task, int | Sequence[int]]]
+    ) -> list[Trajectory]:
         """Run `work` and return every trajectory, in the order they finished."""
         out: list[Trajectory] = []
 
@@ -185,7 +189,7 @@ class EpisodeRunner:
         if error is None and closing is not None:
             error = closing
         state.timings.total_s = time.perf_counter() - start
-        trajectory = self._trajectory(task, state, error)
+        trajectory = self._trajectory(task, sample, state, error)
         if self.scorer is not None and error is None:
             trajectory = await self._score(task, trajectory)
         return trajectory
@@ -285,11 +289,14 @@ class EpisodeRunner:
             state.score = step.score
         state.extra_logs.update(step.extra_logs)
 
-    def _trajectory(self, task: Task, state: _Episode, error: EpisodeError | None) -> Trajectory:
+    def _trajectory(
+        self, task: Task, sample: int, state: _Episode, error: EpisodeError | None
+    ) -> Trajectory:
         session = state.session
         return Trajectory(
             env=self.env_id,
             task_id=task.id,
+            sample=sample,
             tokens=session.tokens if session else [],
             loss_mask=session.loss_mask if session else [],
             logprobs=session.logprobs if session else [],

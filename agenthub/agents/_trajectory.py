@@ -51,13 +51,15 @@ class Trajectory(BaseModel):
     sampled tokens (0.0 where the mask is 0); `policy_versions` the engine's policy version for
     each token. `step_rewards` has one reward per env step and `reward` is their sum; `score`
     is the env's task score when it reported one. `error` is set when the episode failed;
-    `terminated` and `truncated` are then both false.
+    `terminated` and `truncated` are then both false. `sample` says which of its task's
+    samples the episode is (its seeds derive from it), so a resumed run plays the ones missing.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     env: str
     task_id: str
+    sample: int = 0
     tokens: list[int]
     loss_mask: list[int]
     logprobs: list[float]

@@ -6,8 +6,9 @@ import argparse
 import itertools
 import json
 import math
+import sys
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from agenthub.agents.default_model import BuildProgress
 
 TRAJECTORIES = "trajectories.jsonl"
+FAILED = "failed.jsonl"  # episodes that ended in errors, moved out of TRAJECTORIES to be re-run
 SUMMARY = "summary.json"
 RUN = "eval.json"
 # What makes two runs the same run: a resumed run must agree on all of these.
@@ -103,7 +105,8 @@ def eval_command(args: argparse.Namespace) -> int:
         raise AgentHubError("-n and -k must be at least 1")
     tasks = load_tasks(identity, args.n)
     done = prepare_out_dir(out, identity)
-    work = [(t, args.k - done[t.id]) for t in tasks if done[t.id] < args.k]
+    missing = {t.id: [i for i in range(args.k) if i not in done[t.id]] for t in tasks}
+    work = [(t, missing[t.id]) for t in tasks if missing[t.id]]
     total = len(tasks) * args.k
     config = RolloutConfig(
         sampling=SamplingParams(
@@ -116,11 +119,24 @@ def eval_command(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     if work:
-        anyio.run(_run, args, identity, config, work, out, total - sum(n for _, n in work), total)
-    summary = summarize(read_trajectories(out / TRAJECTORIES), args.k)
+        left = sum(len(samples) for _, samples in work)
+        anyio.run(_run, args, identity, config, work, out, total - left, total)
+    trajectories = read_trajectories(out / TRAJECTORIES)
+    summary = summarize(trajectories, args.k)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: summary[k] for k in ("episodes", "mean_reward", "pass_at_k", "errors")}))
     print(f"wrote {out / TRAJECTORIES} and {out / SUMMARY}")
+    if failed := [t for t in trajectories if t.error is not None]:
+        causes = ", ".join(f"{c} x{n}" for c, n in summary["errors"].items())
+        last = failed[-1].error
+        assert last is not None
+        print(
+            f"agenthub: {len(failed)} of {len(trajectories)} episodes ended in errors ({causes}) "
+            f"and count as reward 0 above; the last, task {failed[-1].task_id!r}: {last.cause}: "
+            f"{last.message}. Each is in {TRAJECTORIES} with its error; running the same "
+            "command again re-runs them.",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -154,8 +170,10 @@ def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
     return selected
 
 
-def prepare_out_dir(out: Path, identity: dict[str, Any]) -> Counter[str]:
-    """Create `out`, or check it holds the same run; return finished episodes per task id."""
+def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
+    """Create `out`, or check it holds the same run; return the samples finished per task id.
+    Episodes that ended in errors are not finished: their lines move to `FAILED`, to be run
+    again (after the env or server was fixed, say)."""
     out.mkdir(parents=True, exist_ok=True)
     run_file = out / RUN
     if run_file.exists():
@@ -168,7 +186,24 @@ def prepare_out_dir(out: Path, identity: dict[str, Any]) -> Counter[str]:
             )
     else:
         run_file.write_text(json.dumps(identity, indent=2) + "\n", encoding="utf-8")
-    return Counter(t.task_id for t in read_trajectories(out / TRAJECTORIES, repair=True))
+    trajectories = read_trajectories(out / TRAJECTORIES, repair=True)
+    if failed := [t for t in trajectories if t.error is not None]:
+        with (out / FAILED).open("a", encoding="utf-8") as kept:
+            kept.writelines(t.model_dump_json() + "\n" for t in failed)
+        finished = [t for t in trajectories if t.error is None]
+        partial = out / (TRAJECTORIES + ".partial")
+        partial.write_text("".join(t.model_dump_json() + "\n" for t in finished), "utf-8")
+        partial.replace(out / TRAJECTORIES)
+        print(
+            f"re-running {len(failed)} episodes that ended in errors (their records are kept "
+            f"in {out / FAILED})",
+            file=sys.stderr,
+        )
+    done: dict[str, set[int]] = defaultdict(set)
+    for t in trajectories:
+        if t.error is None:
+            done[t.task_id].add(t.sample)
+    return done
 
 
 def read_trajectories(path: Path, *, repair: bool = False) -> list[Trajectory]:
@@ -188,7 +223,7 @@ async def _run(
     args: argparse.Namespace,
     identity: dict[str, Any],
     config: RolloutConfig,
-    work: list[tuple[Task, int]],
+    work: list[tuple[Task, list[int]]],
     out: Path,
     already: int,
     total: int,

@@ -1,12 +1,25 @@
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import agenthub
 from agenthub import AgentHubError
-from agenthub.agents import EpisodeError, Timings, Trajectory
-from agenthub.cli import main
+from agenthub.agents import (
+    ChatTokenizer,
+    EpisodeError,
+    FakeEngine,
+    Generation,
+    SamplingParams,
+    Timings,
+    Trajectory,
+)
+from agenthub.agents._runner import _derive_seed
+from agenthub.cli import _eval, main
 from agenthub.cli._eval import prepare_out_dir, read_trajectories, resolve_model, summarize
 
 
@@ -89,3 +102,58 @@ def test_reward_and_agent_files_can_be_given_as_flags(
          "--out", str(tmp_path / "out")]
     )  # fmt: skip
     assert code == 1 and "--reward-func and reward_func= disagree" in capsys.readouterr().err
+
+
+def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
+    tmp_path: Path,
+    chat: ChatTokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
+    seeds: list[int | None] = []  # each generation's sampling seed, derived from its sample
+
+    class SeedRecorder(FakeEngine):
+        async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+            seeds.append(sampling.seed)
+            return await super().generate(prompt_ids, sampling)
+
+    async def fake_engine(args: Any) -> tuple[ChatTokenizer, FakeEngine]:
+        ids = [*chat.encode_text("3"), chat.closing_ids[0]]
+        return chat, SeedRecorder(lambda prompt: ids, stop_token_ids=chat.stop_token_ids)
+
+    monkeypatch.setattr(_eval, "_build_engine", fake_engine)
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out"
+
+    def evaluate(broken: bool) -> str:
+        seeds.clear()
+        meta = {"fail_at": 1} if broken else {}
+        rows = [{"id": "a", "prompt": "Go.", "label": 1, **meta}, {"id": "b", "prompt": "Go."}]
+        rows[1]["label"] = 1
+        tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "-k", "3"]
+        assert main([*command, "--out", str(out)]) == 0
+        return capsys.readouterr().err
+
+    said = evaluate(broken=True)
+    assert "3 of 6 episodes ended in errors (env_error x3) and count as reward 0" in said
+    assert "the last, task 'a': env_error: step: ValueError: broken at turn 1" in said
+    # As if the run had been cut off before sample 1 of task b was written.
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    lost = [line for line in lines if '"task_id":"b","sample":1,' in line]
+    (out / "trajectories.jsonl").write_text("".join(f"{x}\n" for x in lines if x not in lost))
+
+    said = evaluate(broken=False)
+    assert "re-running 3 episodes that ended in errors" in said and "reward 0" not in said
+    assert len((out / "failed.jsonl").read_text().splitlines()) == 3
+    again = read_trajectories(out / "trajectories.jsonl")
+    assert sorted((t.task_id, t.sample) for t in again) == [
+        ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)
+    ]  # fmt: skip
+    assert all(t.error is None for t in again) and len(lost) == 1
+    # The lost sample is played as itself, with its own seed, not as a repeat of sample 0.
+    assert sorted(map(str, seeds)) == sorted(
+        str(_derive_seed(0, task, sample, 0))
+        for task, sample in (("a", 0), ("a", 1), ("a", 2), ("b", 1))
+    )
+    assert json.loads((out / "summary.json").read_text())["errors"] == {}

@@ -75,7 +75,7 @@ async def test_multi_turn_episode_keeps_exactly_the_engine_tokens(chat: ChatToke
         assert list(request) == t.tokens[: len(request)]
     assert Trajectory.model_validate_json(t.model_dump_json()) == t
     assert set(json.loads(t.model_dump_json())) == {
-        "env", "task_id", "tokens", "loss_mask", "logprobs", "policy_versions", "step_rewards",
+        "env", "task_id", "sample", "tokens", "loss_mask", "logprobs", "policy_versions", "step_rewards",
         "reward", "score", "terminated", "truncated", "num_turns", "error", "timings",
         "extra_logs",
     }  # fmt: skip
