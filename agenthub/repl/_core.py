@@ -128,6 +128,11 @@ class Repl:
         entry = self._reader.feed(line)
         return True if entry is None else await self.handle(entry)
 
+    @property
+    def typing(self) -> bool:
+        """Whether an action is half typed (the next line continues it)."""
+        return self._reader.continuing
+
     def cancel_input(self) -> None:
         self._reader.cancel()
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from types import FrameType
@@ -36,7 +37,9 @@ T = TypeVar("T")
 
 class _Loop:
     """One event loop for the whole session (a model loaded by `:gen` lives on it), run one
-    entry at a time. Ctrl-C during an entry cancels it and raises `KeyboardInterrupt`."""
+    entry at a time. Ctrl-C during an entry cancels it and raises `KeyboardInterrupt`; a
+    second Ctrl-C raises it at once, which also stops code that blocks the loop (an env that
+    calls `time.sleep`, say), where a cancellation never gets to run."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -47,6 +50,8 @@ class _Loop:
 
         def on_sigint(signum: int, frame: FrameType | None) -> None:
             nonlocal interrupted
+            if interrupted:
+                raise KeyboardInterrupt
             interrupted = True
             self.loop.call_soon_threadsafe(task.cancel)
 
@@ -69,6 +74,8 @@ def run_terminal(repl: Repl) -> int:
     """Read lines until `:quit` or Ctrl-D; return the exit code."""
     history = _setup_readline()
     runner = _Loop()
+    # Piped input is not echoed by the terminal: show it, so the transcript reads as a session.
+    echo = not sys.stdin.isatty()
     try:
         runner.run(repl.start())
         while True:
@@ -76,11 +83,16 @@ def run_terminal(repl: Repl) -> int:
                 line = input(repl.prompt)
             except EOFError:
                 repl.console.print()
+                if repl.typing:
+                    # The input ended inside an action: send it, as the empty line would.
+                    runner.run(repl.feed(""))
                 break
             except KeyboardInterrupt:
                 repl.cancel_input()
                 repl.console.print()
                 continue
+            if echo:
+                repl.console.print(line, markup=False, highlight=False)
             try:
                 if not runner.run(repl.feed(line)):
                     break

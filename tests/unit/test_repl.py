@@ -6,6 +6,9 @@ import asyncio
 import io
 import os
 import signal
+import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from agenthub.agents._fake import fake_logprob
 from agenthub.cli import main
 from agenthub.repl import Command, EngineFactory, Enter, EntryReader, Repl, TypedAction
 from agenthub.repl._input import SETTINGS, completions
-from agenthub.repl._terminal import _Loop
+from agenthub.repl._terminal import _Loop, run_terminal
 from tests.tiny_model import build_tokenizer
 
 pytestmark = pytest.mark.anyio
@@ -373,6 +376,52 @@ def test_ctrl_c_cancels_the_running_entry_and_the_loop_goes_on() -> None:
     finally:
         loop.close()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_second_ctrl_c_stops_code_that_blocks_the_loop() -> None:
+    def press_ctrl_c_twice() -> None:
+        for _ in range(2):
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    async def blocking() -> None:
+        time.sleep(30)  # noqa: ASYNC251 - an env that blocks: a cancellation never runs
+
+    async def quick() -> int:
+        return 7
+
+    loop = _Loop()
+    presser = threading.Thread(target=press_ctrl_c_twice)
+    started = time.monotonic()
+    try:
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            loop.run(blocking())
+        assert time.monotonic() - started < 10
+        assert loop.run(quick()) == 7
+    finally:
+        presser.join()
+        loop.close()
+
+
+def test_piped_input_is_echoed_and_an_action_cut_off_by_its_end_is_sent(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = iter([":help", "3"])  # no empty line after the action: the input just ends
+
+    def piped(prompt: str) -> str:
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", piped)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+    h = Harness(chat)
+    assert run_terminal(h.repl) == 0
+    out = h.buffer.getvalue()
+    assert "\n:help\n" in out and "\n3\n" in out
+    assert "step 1: reward 0" in out
 
 
 async def test_openrlhf_agent_text_observations_and_replay(
