@@ -24,6 +24,7 @@ from agenthub.agents._engine import Generation, InferenceEngine
 from agenthub.agents._errors import EngineError
 from agenthub.agents._session import Session
 from agenthub.agents._trajectory import EpisodeError, ErrorCause, Timings, Trajectory
+from agenthub.agents._watchdog import loop_watchdog
 
 __all__ = ["EpisodeRunner", "Scorer"]
 
@@ -153,7 +154,7 @@ class EpisodeRunner:
             finally:
                 admit.release()
 
-        async with anyio.create_task_group() as tg:
+        async with loop_watchdog(), anyio.create_task_group() as tg:
             for item in work:
                 task, n = item if isinstance(item, tuple) else (item, None)
                 n = self.config.n_samples_per_prompt if n is None else n

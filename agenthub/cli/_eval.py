@@ -6,6 +6,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -264,6 +265,9 @@ async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, Infere
         return chat, await OpenAIEngine.connect(args.base_url)
     from agenthub.agents import VLLMEngine
 
+    # vLLM's start-up and shutdown log would bury the progress bar, as in the REPL and the
+    # trainer's workers; VLLM_LOGGING_LEVEL=INFO brings it back.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     assert model is not None
     chat = ChatTokenizer.from_pretrained(model)
     return chat, VLLMEngine(model, seed=args.seed, max_num_seqs=max(1, args.concurrency))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import anyio
@@ -11,9 +12,10 @@ from agenthub import Env, Message, RewardFuncError, Step, Task
 
 class TrackedEnv(Env[list[Message]]):
     """Counts down from the task's label; behaviour per task comes from `task.metadata`:
-    `fail_at` (turn whose step raises), `step_delay_s`, `score_error` (raise a scoring error),
-    `close_error` (`aclose` raises), `wrong_return` (`reset` or `step` returns a wrong type:
-    "reset_obs_only", "step_tuple", "step_dicts", "step_int_flag")."""
+    `fail_at` (turn whose step raises), `step_delay_s`, `step_block_s` (blocks the loop),
+    `score_error` (raise a scoring error), `close_error` (`aclose` raises), `wrong_return`
+    (`reset` or `step` returns a wrong type: "reset_obs_only", "step_tuple", "step_dicts",
+    "step_int_flag")."""
 
     live: ClassVar[set[int]] = set()
     made: ClassVar[int] = 0
@@ -49,6 +51,7 @@ class TrackedEnv(Env[list[Message]]):
         try:
             self.turn += 1
             await anyio.sleep(float(self.meta.get("step_delay_s", 0.0)))
+            time.sleep(float(self.meta.get("step_block_s", 0.0)))  # noqa: ASYNC251 - on purpose
             if self.meta.get("fail_at") == self.turn:
                 raise ValueError(f"broken at turn {self.turn}")
             if self.meta.get("score_error"):

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Sequence
+from functools import partial
 
 import anyio
 import pytest
@@ -75,9 +77,9 @@ async def test_multi_turn_episode_keeps_exactly_the_engine_tokens(chat: ChatToke
         assert list(request) == t.tokens[: len(request)]
     assert Trajectory.model_validate_json(t.model_dump_json()) == t
     assert set(json.loads(t.model_dump_json())) == {
-        "env", "task_id", "sample", "tokens", "loss_mask", "logprobs", "policy_versions", "step_rewards",
-        "reward", "score", "terminated", "truncated", "num_turns", "error", "timings",
-        "extra_logs",
+        "env", "task_id", "sample", "tokens", "loss_mask", "logprobs", "policy_versions",
+        "step_rewards", "reward", "score", "terminated", "truncated", "num_turns", "error",
+        "timings", "extra_logs",
     }  # fmt: skip
 
 
@@ -140,6 +142,21 @@ async def test_an_env_returning_the_wrong_type_fails_only_its_episode(
     error = by_id["task-0"].error
     assert error is not None and error.cause == "env_error" and message in error.message, error
     assert by_id["task-1"].error is None and by_id["task-1"].terminated
+
+
+async def test_an_env_that_blocks_the_loop_is_named_in_a_warning(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agenthub.agents import _runner, _watchdog
+
+    monkeypatch.setattr(_runner, "loop_watchdog", partial(_watchdog.loop_watchdog, after_s=0.5))
+    with caplog.at_level(logging.WARNING, logger="agenthub.agents"):
+        [t] = await runner(replying(chat), chat).collect([task(label=1, step_block_s=1.5)])
+    assert t.error is None and t.terminated
+    stalled = caplog.records[0].getMessage()
+    assert stalled.startswith("the event loop has not run for ")
+    assert "_envs.py:" in stalled and "in step (time.sleep(" in stalled, stalled
+    assert "anyio.to_thread.run_sync" in stalled
 
 
 class FailingEngine(FakeEngine):

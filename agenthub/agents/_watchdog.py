@@ -1,0 +1,77 @@
+"""A watchdog for the event loop the episodes share: code that blocks it (an env calling
+`time.sleep`, a synchronous HTTP client, heavy CPU work in `step`) stalls every episode, and
+no timeout can fire meanwhile, so from outside the run just looks hung. A thread notices the
+loop has not run for a while and says where it is stuck."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+logger = logging.getLogger("agenthub.agents")
+
+BEAT_S = 0.25
+
+
+@asynccontextmanager
+async def loop_watchdog(after_s: float = 10.0) -> AsyncIterator[None]:
+    """While inside, log a warning each time the loop goes `after_s` without running, with
+    the line it is stuck on; once more when it runs again, with how long it was held."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio (trio, under anyio): no watchdog
+        yield
+        return
+    loop_thread = threading.get_ident()
+    last = time.monotonic()
+    done = threading.Event()
+
+    def ran() -> None:  # on the loop, whenever it gets to run
+        nonlocal last
+        last = time.monotonic()
+
+    def watch() -> None:
+        stalled_since: float | None = None
+        while not done.wait(BEAT_S):
+            with contextlib.suppress(RuntimeError):  # the loop closed
+                loop.call_soon_threadsafe(ran)
+            quiet = time.monotonic() - last
+            if stalled_since is None and quiet > after_s:
+                stalled_since = last
+                logger.warning(
+                    "the event loop has not run for %.0f s: %s blocks it, and every episode "
+                    "waits (no timeout can fire meanwhile). Environments must not block: run "
+                    "blocking work with `await anyio.to_thread.run_sync(...)` or use an async "
+                    "client.",
+                    quiet,
+                    _where(loop_thread),
+                )
+            elif stalled_since is not None and quiet < after_s:
+                logger.warning("the event loop runs again after %.0f s", last - stalled_since)
+                stalled_since = None
+
+    watcher = threading.Thread(target=watch, name="agenthub-loop-watchdog", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()  # the thread ends within a beat; joining it here would hold the loop
+
+
+def _where(thread: int) -> str:
+    """The innermost frame of `thread` outside the standard library, as `file:line in f (code)`."""
+    frame = sys._current_frames().get(thread)
+    if frame is None:
+        return "something"
+    stack = traceback.extract_stack(frame)
+    library = (sys.prefix, sys.base_prefix)
+    own = [f for f in stack if not f.filename.startswith(library) or "site-packages" in f.filename]
+    at = (own or stack)[-1]
+    return f"{at.filename}:{at.lineno} in {at.name} ({(at.line or '').strip()})"
