@@ -23,6 +23,7 @@ ENTRY_POINT_GROUP = "agenthub.envs"
 
 _registered: dict[str, EnvSpec] = {}
 _discovered: dict[str, EnvSpec] | None = None
+_clashes: dict[str, list[str]] = {}  # id -> the packages that all declare it
 _json_kwargs = TypeAdapter(dict[str, JsonValue])
 
 
@@ -44,22 +45,18 @@ def register(id: str, entry_point: str, *, override: bool = False, **kwargs: Jso
 
 
 def _entry_point_specs() -> dict[str, EnvSpec]:
+    """The entry-point specs, read once. An id that several packages declare keeps the first
+    spec and is noted in `_clashes`, so that only asking for that id fails, not every lookup."""
     global _discovered
     if _discovered is None:
         found: dict[str, EnvSpec] = {}
-        duplicates: dict[str, list[str]] = {}
+        _clashes.clear()
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             package = ep.dist.name if ep.dist is not None else None
             if ep.name in found:
-                duplicates.setdefault(ep.name, [str(found[ep.name].package)]).append(str(package))
+                _clashes.setdefault(ep.name, [str(found[ep.name].package)]).append(str(package))
                 continue
             found[ep.name] = EnvSpec(id=ep.name, entry_point=ep.value, package=package)
-        for name, packages in duplicates.items():
-            raise PluginLoadError(
-                f"environment id {name!r} is declared by several installed packages "
-                f"({', '.join(packages)}) in the {ENTRY_POINT_GROUP!r} entry-point group; "
-                "uninstall one or rename its entry point"
-            )
         _discovered = found
     return _discovered
 
@@ -71,7 +68,10 @@ def _refresh() -> None:
 
 
 def list_envs() -> list[EnvSpec]:
-    """Every known environment, sorted by id; in-process registrations shadow entry points."""
+    """Every known environment, sorted by id; in-process registrations shadow entry points.
+
+    An id that several installed packages declare is listed once; `spec` and `make` refuse it.
+    """
     merged = {**_entry_point_specs(), **_registered}
     return [merged[k] for k in sorted(merged)]
 
@@ -81,6 +81,12 @@ def spec(id: str) -> EnvSpec:
     if id in _registered:
         return _registered[id]
     found = _entry_point_specs()
+    if id in _clashes:
+        raise PluginLoadError(
+            f"environment id {id!r} is declared by several installed packages "
+            f"({', '.join(_clashes[id])}) in the {ENTRY_POINT_GROUP!r} entry-point group; "
+            "uninstall one or rename its entry point"
+        )
     if id in found:
         return found[id]
     known = ", ".join(s.id for s in list_envs()) or "none"

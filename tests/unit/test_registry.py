@@ -1,4 +1,5 @@
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,9 +13,10 @@ from agenthub import (
     register,
     spec,
 )
-from agenthub._registry import _registered
+from agenthub._registry import _refresh, _registered
 
 from ._envs import CountdownEnv
+from ._plugins import declare
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +25,7 @@ def clean_registry() -> Iterator[None]:
     yield
     _registered.clear()
     _registered.update(before)
+    _refresh()  # forget entry points a test declared
 
 
 def test_builtin_envs_come_from_the_entry_point_group() -> None:
@@ -93,3 +96,18 @@ def test_wrong_arguments_name_the_env() -> None:
         make("countdown", colour="red")
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         make("countdown", colour="red")  # still what the constructor raised, for old callers
+
+
+def test_an_id_two_packages_declare_fails_only_when_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(tmp_path)
+    declare(tmp_path, "mine", {"clash": "mine.env:Env", "only-mine": "mine.env:Other"})
+    declare(tmp_path, "theirs", {"clash": "theirs.env:Env"})
+    assert spec("reward_func").package == "agenthub"
+    assert spec("only-mine").package == "mine"
+    assert [s.id for s in agenthub.list_envs()].count("clash") == 1
+    with pytest.raises(PluginLoadError, match=r"'clash' is declared by several installed packages"):
+        make("clash")
+    with pytest.raises(PluginLoadError, match=r"\((mine, theirs|theirs, mine)\).*uninstall one"):
+        spec("clash")
