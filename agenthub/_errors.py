@@ -7,6 +7,7 @@ __all__ = [
     "AgentHubError",
     "CheckEnvError",
     "EnvArgumentsError",
+    "EnvBuildError",
     "EnvNotFoundError",
     "NoTaskSourceError",
     "PluginLoadError",
@@ -27,6 +28,11 @@ class EnvNotFoundError(AgentHubError, LookupError):
 class EnvArgumentsError(AgentHubError, TypeError, ValueError):
     """An environment's constructor rejected the arguments it was given. Also a `TypeError` and
     a `ValueError` (what constructors raise for them), so code catching those still does."""
+
+
+class EnvBuildError(AgentHubError):
+    """An environment's constructor failed for a reason other than its arguments (a missing
+    data file, an unreachable service); the constructor's exception is the `__cause__`."""
 
 
 class TaskFileError(AgentHubError, ValueError):

@@ -14,7 +14,13 @@ from typing import Any
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from agenthub._env import Env
-from agenthub._errors import AgentHubError, EnvArgumentsError, EnvNotFoundError, PluginLoadError
+from agenthub._errors import (
+    AgentHubError,
+    EnvArgumentsError,
+    EnvBuildError,
+    EnvNotFoundError,
+    PluginLoadError,
+)
 from agenthub._spec import EnvSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "list_envs", "load_entry_point", "make", "register", "spec"]
@@ -130,6 +136,10 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     `kwargs` override the spec's defaults. When they are all JSON the returned env's `spec`
     records them, so `make(env.spec)` rebuilds the same environment anywhere; an env made with
     non-JSON arguments (a Python callable, say) has `spec = None`.
+
+    Raises `EnvNotFoundError` for an unknown id, `PluginLoadError` when the entry point does not
+    load or give an `Env`, `EnvArgumentsError` when the constructor rejects the arguments, and
+    `EnvBuildError` when it fails otherwise; each message names the environment.
     """
     base = id if isinstance(id, EnvSpec) else spec(id)
     factory = load_entry_point(base)
@@ -141,6 +151,10 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     except (TypeError, ValueError) as exc:
         raise EnvArgumentsError(
             f"{_describe(base)} could not be built with {arguments}: {exc}"
+        ) from exc
+    except Exception as exc:
+        raise EnvBuildError(
+            f"{_describe(base)} failed to build with {arguments}: {type(exc).__name__}: {exc}"
         ) from exc
     if not isinstance(env, Env):
         raise PluginLoadError(

@@ -104,3 +104,12 @@ class BrokenAfterCancelEnv(CountdownEnv):
 
 def factory_returning(value: object) -> Any:
     return value
+
+
+def factory_raising(error: str, message: str) -> Any:
+    """Fails the way a constructor does when a file or service it needs is missing."""
+    raise {
+        "RuntimeError": RuntimeError,
+        "FileNotFoundError": FileNotFoundError,
+        "KeyboardInterrupt": KeyboardInterrupt,
+    }[error](message)

@@ -6,6 +6,7 @@ import pytest
 import agenthub
 from agenthub import (
     EnvArgumentsError,
+    EnvBuildError,
     EnvNotFoundError,
     EnvSpec,
     PluginLoadError,
@@ -96,6 +97,22 @@ def test_wrong_arguments_name_the_env() -> None:
         make("countdown", colour="red")
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         make("countdown", colour="red")  # still what the constructor raised, for old callers
+
+
+@pytest.mark.parametrize("error", ["RuntimeError", "FileNotFoundError"])
+def test_a_failing_constructor_is_an_error_naming_the_env_and_the_cause(error: str) -> None:
+    register("needs-data", "tests.unit._envs:factory_raising", error=error)
+    with pytest.raises(EnvBuildError) as info:
+        make("needs-data", message="cannot find data file /data/x.json")
+    assert str(info.value).startswith("environment 'needs-data' (entry point 'needs-data = ")
+    assert str(info.value).endswith(f"{error}: cannot find data file /data/x.json")
+    assert type(info.value.__cause__).__name__ == error
+
+
+def test_an_interrupt_while_building_is_not_wrapped() -> None:
+    register("slow", "tests.unit._envs:factory_raising", error="KeyboardInterrupt")
+    with pytest.raises(KeyboardInterrupt):
+        make("slow", message="")
 
 
 def test_an_id_two_packages_declare_fails_only_when_asked_for(
