@@ -40,7 +40,8 @@ class TaskFileError(AgentHubError, ValueError):
 
 
 class PluginLoadError(AgentHubError, ImportError):
-    """An environment's entry point could not be imported or does not export an `Env`."""
+    """An environment's entry point could not be imported or does not export an `Env` (one
+    whose `reset` and `step` are `async def`)."""
 
 
 class NoTaskSourceError(AgentHubError):

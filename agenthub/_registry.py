@@ -7,6 +7,7 @@ only, and an environment's module is imported by `make` (or by `load_entry_point
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -31,6 +32,10 @@ _registered: dict[str, EnvSpec] = {}
 _discovered: dict[str, EnvSpec] | None = None
 _clashes: dict[str, list[str]] = {}  # id -> the packages that all declare it
 _json_kwargs = TypeAdapter(dict[str, JsonValue])
+_COROUTINES = {
+    "reset": "async def reset(self, task, *, seed=None)",
+    "step": "async def step(self, action)",
+}
 
 
 def register(id: str, entry_point: str, *, override: bool = False, **kwargs: JsonValue) -> EnvSpec:
@@ -139,7 +144,8 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
 
     Raises `EnvNotFoundError` for an unknown id, `PluginLoadError` when the entry point does not
     load or give an `Env`, `EnvArgumentsError` when the constructor rejects the arguments, and
-    `EnvBuildError` when it fails otherwise; each message names the environment.
+    `EnvBuildError` when it fails otherwise; each message names the environment. An env whose
+    `reset` or `step` is not `async def` is a `PluginLoadError` here, not a failed await later.
     """
     base = id if isinstance(id, EnvSpec) else spec(id)
     factory = load_entry_point(base)
@@ -161,8 +167,23 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
             f"{_describe(base)} returned {type(env).__name__}, not an agenthub.Env; the entry "
             "point must name an agenthub.Env subclass or a function returning an agenthub.Env."
         )
+    _require_coroutines(base, env)
     try:
         env.spec = base.with_kwargs(**_json_kwargs.validate_python(kwargs))
     except ValidationError:
         env.spec = None
     return env
+
+
+def _require_coroutines(spec: EnvSpec, env: Env[Any]) -> None:
+    """Without this, a `reset` or `step` written without `async` fails only once eval or train
+    awaits it, as "object Step can't be used in 'await' expression". Wrappers forward to the
+    innermost env, so it is checked too."""
+    layers = [env] if env.unwrapped is env else [env, env.unwrapped]
+    for layer in layers:
+        for name, signature in _COROUTINES.items():
+            if not inspect.iscoroutinefunction(getattr(layer, name)):
+                raise PluginLoadError(
+                    f"{_describe(spec)}: {type(layer).__name__}.{name} must be `{signature}`; "
+                    "it is a plain function, so awaiting it fails"
+                )

@@ -102,6 +102,13 @@ class BrokenAfterCancelEnv(CountdownEnv):
         return result
 
 
+class SyncStepEnv(CountdownEnv):
+    """Its author forgot `async`."""
+
+    def step(self, action: str) -> Step[list[Message]]:  # type: ignore[override]
+        return Step([], 1.0, terminated=True)
+
+
 def factory_returning(value: object) -> Any:
     return value
 

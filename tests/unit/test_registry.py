@@ -1,10 +1,12 @@
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import agenthub
 from agenthub import (
+    Env,
     EnvArgumentsError,
     EnvBuildError,
     EnvNotFoundError,
@@ -15,8 +17,9 @@ from agenthub import (
     spec,
 )
 from agenthub._registry import _refresh, _registered
+from agenthub.wrappers import Recorder, TurnLimit
 
-from ._envs import CountdownEnv
+from ._envs import CountdownEnv, SyncStepEnv
 from ._plugins import declare
 
 
@@ -113,6 +116,22 @@ def test_an_interrupt_while_building_is_not_wrapped() -> None:
     register("slow", "tests.unit._envs:factory_raising", error="KeyboardInterrupt")
     with pytest.raises(KeyboardInterrupt):
         make("slow", message="")
+
+
+@pytest.mark.parametrize(
+    "wrap", [lambda env: env, lambda env: TurnLimit(Recorder(env), 3)], ids=["bare", "wrapped"]
+)
+def test_a_step_without_async_is_refused_when_the_env_is_made(
+    wrap: Callable[[Env[Any]], Env[Any]],
+) -> None:
+    register("forgetful", "tests.unit._envs:factory_returning")
+    with pytest.raises(
+        PluginLoadError,
+        match=r"environment 'forgetful'.*: SyncStepEnv.step must "
+        r"be `async def step\(self, action\)`; it is a plain function",
+    ):
+        make("forgetful", value=wrap(SyncStepEnv()))
+    assert isinstance(make("forgetful", value=wrap(CountdownEnv())), Env)
 
 
 def test_an_id_two_packages_declare_fails_only_when_asked_for(
