@@ -196,6 +196,23 @@ def test_scaffold_rejects_bad_names(
     assert "not a valid environment name" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("math", "environment id 'math' is already declared by package 'agenthub'"),
+        ("random", "the module 'random', which is in Python's standard library"),
+        ("pydantic", "Python already imports a module of that name"),
+    ],
+)
+def test_scaffold_refuses_names_that_would_clash_once_installed(
+    tmp_path: Path, name: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["env", "init", name, "--dir", str(tmp_path / "x")]) == 1
+    err = capsys.readouterr().err
+    assert why in err and f"choose another name, e.g. 'my-{name}'" in err
+    assert not (tmp_path / "x").exists()
+
+
 def test_scaffold_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "keep.txt").write_text("mine")
     assert main(["env", "init", "game", "--dir", str(tmp_path)]) == 1
