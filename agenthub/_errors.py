@@ -7,6 +7,7 @@ __all__ = [
     "AgentHubError",
     "CheckEnvError",
     "EnvArgumentsError",
+    "EnvBuildError",
     "EnvNotFoundError",
     "NoTaskSourceError",
     "PluginLoadError",
@@ -29,12 +30,18 @@ class EnvArgumentsError(AgentHubError, TypeError, ValueError):
     a `ValueError` (what constructors raise for them), so code catching those still does."""
 
 
+class EnvBuildError(AgentHubError):
+    """An environment's constructor failed for a reason other than its arguments (a missing
+    data file, an unreachable service); the constructor's exception is the `__cause__`."""
+
+
 class TaskFileError(AgentHubError, ValueError):
     """A task file is missing, or a line of it is not a task of the expected form."""
 
 
 class PluginLoadError(AgentHubError, ImportError):
-    """An environment's entry point could not be imported or does not export an `Env`."""
+    """An environment's entry point could not be imported or does not export an `Env` (one
+    whose `reset` and `step` are `async def`)."""
 
 
 class NoTaskSourceError(AgentHubError):

@@ -7,6 +7,7 @@ only, and an environment's module is imported by `make` (or by `load_entry_point
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
@@ -14,7 +15,13 @@ from typing import Any
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from agenthub._env import Env
-from agenthub._errors import AgentHubError, EnvArgumentsError, EnvNotFoundError, PluginLoadError
+from agenthub._errors import (
+    AgentHubError,
+    EnvArgumentsError,
+    EnvBuildError,
+    EnvNotFoundError,
+    PluginLoadError,
+)
 from agenthub._spec import EnvSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "list_envs", "load_entry_point", "make", "register", "spec"]
@@ -23,7 +30,12 @@ ENTRY_POINT_GROUP = "agenthub.envs"
 
 _registered: dict[str, EnvSpec] = {}
 _discovered: dict[str, EnvSpec] | None = None
+_clashes: dict[str, list[str]] = {}  # id -> the packages that all declare it
 _json_kwargs = TypeAdapter(dict[str, JsonValue])
+_COROUTINES = {
+    "reset": "async def reset(self, task, *, seed=None)",
+    "step": "async def step(self, action)",
+}
 
 
 def register(id: str, entry_point: str, *, override: bool = False, **kwargs: JsonValue) -> EnvSpec:
@@ -44,22 +56,18 @@ def register(id: str, entry_point: str, *, override: bool = False, **kwargs: Jso
 
 
 def _entry_point_specs() -> dict[str, EnvSpec]:
+    """The entry-point specs, read once. An id that several packages declare keeps the first
+    spec and is noted in `_clashes`, so that only asking for that id fails, not every lookup."""
     global _discovered
     if _discovered is None:
         found: dict[str, EnvSpec] = {}
-        duplicates: dict[str, list[str]] = {}
+        _clashes.clear()
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             package = ep.dist.name if ep.dist is not None else None
             if ep.name in found:
-                duplicates.setdefault(ep.name, [str(found[ep.name].package)]).append(str(package))
+                _clashes.setdefault(ep.name, [str(found[ep.name].package)]).append(str(package))
                 continue
             found[ep.name] = EnvSpec(id=ep.name, entry_point=ep.value, package=package)
-        for name, packages in duplicates.items():
-            raise PluginLoadError(
-                f"environment id {name!r} is declared by several installed packages "
-                f"({', '.join(packages)}) in the {ENTRY_POINT_GROUP!r} entry-point group; "
-                "uninstall one or rename its entry point"
-            )
         _discovered = found
     return _discovered
 
@@ -71,7 +79,10 @@ def _refresh() -> None:
 
 
 def list_envs() -> list[EnvSpec]:
-    """Every known environment, sorted by id; in-process registrations shadow entry points."""
+    """Every known environment, sorted by id; in-process registrations shadow entry points.
+
+    An id that several installed packages declare is listed once; `spec` and `make` refuse it.
+    """
     merged = {**_entry_point_specs(), **_registered}
     return [merged[k] for k in sorted(merged)]
 
@@ -81,6 +92,12 @@ def spec(id: str) -> EnvSpec:
     if id in _registered:
         return _registered[id]
     found = _entry_point_specs()
+    if id in _clashes:
+        raise PluginLoadError(
+            f"environment id {id!r} is declared by several installed packages "
+            f"({', '.join(_clashes[id])}) in the {ENTRY_POINT_GROUP!r} entry-point group; "
+            "uninstall one or rename its entry point"
+        )
     if id in found:
         return found[id]
     known = ", ".join(s.id for s in list_envs()) or "none"
@@ -124,6 +141,11 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     `kwargs` override the spec's defaults. When they are all JSON the returned env's `spec`
     records them, so `make(env.spec)` rebuilds the same environment anywhere; an env made with
     non-JSON arguments (a Python callable, say) has `spec = None`.
+
+    Raises `EnvNotFoundError` for an unknown id, `PluginLoadError` when the entry point does not
+    load or give an `Env`, `EnvArgumentsError` when the constructor rejects the arguments, and
+    `EnvBuildError` when it fails otherwise; each message names the environment. An env whose
+    `reset` or `step` is not `async def` is a `PluginLoadError` here, not a failed await later.
     """
     base = id if isinstance(id, EnvSpec) else spec(id)
     factory = load_entry_point(base)
@@ -136,13 +158,32 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
         raise EnvArgumentsError(
             f"{_describe(base)} could not be built with {arguments}: {exc}"
         ) from exc
+    except Exception as exc:
+        raise EnvBuildError(
+            f"{_describe(base)} failed to build with {arguments}: {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(env, Env):
         raise PluginLoadError(
             f"{_describe(base)} returned {type(env).__name__}, not an agenthub.Env; the entry "
             "point must name an agenthub.Env subclass or a function returning an agenthub.Env."
         )
+    _require_coroutines(base, env)
     try:
         env.spec = base.with_kwargs(**_json_kwargs.validate_python(kwargs))
     except ValidationError:
         env.spec = None
     return env
+
+
+def _require_coroutines(spec: EnvSpec, env: Env[Any]) -> None:
+    """Without this, a `reset` or `step` written without `async` fails only once eval or train
+    awaits it, as "object Step can't be used in 'await' expression". Wrappers forward to the
+    innermost env, so it is checked too."""
+    layers = [env] if env.unwrapped is env else [env, env.unwrapped]
+    for layer in layers:
+        for name, signature in _COROUTINES.items():
+            if not inspect.iscoroutinefunction(getattr(layer, name)):
+                raise PluginLoadError(
+                    f"{_describe(spec)}: {type(layer).__name__}.{name} must be `{signature}`; "
+                    "it is a plain function, so awaiting it fails"
+                )

@@ -8,14 +8,14 @@ from rich.console import Console
 from rich.table import Table
 
 from agenthub._errors import AgentHubError, CheckEnvError, PluginLoadError
-from agenthub._registry import list_envs, load_entry_point, make
-from agenthub._spec import EnvSpec
+from agenthub._registry import list_envs, load_entry_point, make, spec
 
 
-def describe(spec: EnvSpec) -> tuple[str, bool]:
-    """The first line of the env's docstring, or the load error; and whether it loaded."""
+def describe(env_id: str) -> tuple[str, bool]:
+    """The first line of the env's docstring, or why it cannot load (an id that several
+    packages declare among them); and whether it loaded."""
     try:
-        target = load_entry_point(spec)
+        target = load_entry_point(spec(env_id))
     except PluginLoadError as exc:
         return str(exc), False
     doc = (target.__doc__ or "").strip()
@@ -24,7 +24,7 @@ def describe(spec: EnvSpec) -> tuple[str, bool]:
 
 def list_command(args: argparse.Namespace) -> int:
     specs = list_envs()
-    rows = [(s, *describe(s)) for s in specs]
+    rows = [(s, *describe(s.id)) for s in specs]
     if args.json:
         for s, text, ok in rows:
             print(

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import string
+import sys
 from importlib.resources import files
 from pathlib import Path
 
 from rich.console import Console
 
 from agenthub._errors import AgentHubError
+from agenthub._registry import list_envs
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*([_-][a-z0-9]+)*$")
 
@@ -29,9 +32,10 @@ def scaffold(name: str, target: Path) -> list[Path]:
             f"{name!r} is not a valid environment name; use lowercase letters, digits, "
             "'-' or '_', starting with a letter (e.g. guess-number)"
         )
+    module = name.replace("-", "_")
+    _check_free(name, module)
     if target.exists() and any(target.iterdir()):
         raise AgentHubError(f"{target} already exists and is not empty; choose another --dir")
-    module = name.replace("-", "_")
     values = {"name": name, "module": module, "class_name": _class_name(module)}
     templates = files("agenthub.cli") / "templates" / "plugin"
     written = []
@@ -42,6 +46,32 @@ def scaffold(name: str, target: Path) -> list[Path]:
         path.write_text(text.substitute(values), encoding="utf-8")
         written.append(path)
     return written
+
+
+def _check_free(name: str, module: str) -> None:
+    """Refuse a name the new package would clash on once installed: an env id two packages
+    declare cannot be made, and a top-level module named like one Python already finds hides
+    it or is hidden by it (`random` fails as "'random' is not a package")."""
+    other = f"choose another name, e.g. 'my-{name}'"
+    taken = {s.id: s for s in list_envs()}
+    if name in taken:
+        owner = f"package {taken[name].package!r}" if taken[name].package else "this process"
+        raise AgentHubError(
+            f"environment id {name!r} is already declared by {owner}; with a second package "
+            f"declaring it, agenthub.make({name!r}) refuses both; {other}"
+        )
+    if module in sys.stdlib_module_names:
+        raise AgentHubError(
+            f"the package would be the module {module!r}, which is in Python's standard "
+            f"library: one of the two would hide the other on import; {other}"
+        )
+    found = importlib.util.find_spec(module)
+    if found is not None and found.origin is not None:  # a namespace package has no origin
+        raise AgentHubError(
+            f"the package would be the module {module!r}, but Python already imports a "
+            f"module of that name ({found.origin}): one of the two would hide the other; "
+            f"{other}"
+        )
 
 
 def _class_name(module: str) -> str:

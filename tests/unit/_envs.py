@@ -102,5 +102,21 @@ class BrokenAfterCancelEnv(CountdownEnv):
         return result
 
 
+class SyncStepEnv(CountdownEnv):
+    """Its author forgot `async`."""
+
+    def step(self, action: str) -> Step[list[Message]]:  # type: ignore[override]
+        return Step([], 1.0, terminated=True)
+
+
 def factory_returning(value: object) -> Any:
     return value
+
+
+def factory_raising(error: str, message: str) -> Any:
+    """Fails the way a constructor does when a file or service it needs is missing."""
+    raise {
+        "RuntimeError": RuntimeError,
+        "FileNotFoundError": FileNotFoundError,
+        "KeyboardInterrupt": KeyboardInterrupt,
+    }[error](message)

@@ -6,9 +6,12 @@ from pathlib import Path
 import pytest
 
 from agenthub import AgentHubError
+from agenthub._registry import _refresh
 from agenthub.cli import main
 from agenthub.cli._main import error_message
 from agenthub.cli._scaffold import scaffold
+
+from ._plugins import declare
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,6 +39,22 @@ def test_envs_list_shows_builtins_with_package_and_description(
     assert by_id["reward_func"]["description"].startswith("Single-turn")
     assert main(["env", "list"]) == 0
     assert "reward_func" in capsys.readouterr().out
+
+
+def test_envs_list_shows_an_id_two_packages_declare_once_with_why_it_cannot_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.syspath_prepend(tmp_path)
+    declare(tmp_path, "my-math", {"math": "my_math.env:MathEnv"})
+    try:
+        assert main(["envs", "list", "--json"]) == 1
+    finally:
+        _refresh()
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in rows].count("math") == 1
+    by_id = {r["id"]: r for r in rows}
+    assert "declared by several installed packages" in by_id["math"]["error"]
+    assert by_id["reward_func"]["description"].startswith("Single-turn")
 
 
 def test_bench_lists_the_benchmark_scripts_with_their_summaries(
@@ -175,6 +194,23 @@ def test_scaffold_rejects_bad_names(
 ) -> None:
     assert main(["env", "init", name, "--dir", str(tmp_path / "x")]) == 1
     assert "not a valid environment name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("math", "environment id 'math' is already declared by package 'agenthub'"),
+        ("random", "the module 'random', which is in Python's standard library"),
+        ("pydantic", "Python already imports a module of that name"),
+    ],
+)
+def test_scaffold_refuses_names_that_would_clash_once_installed(
+    tmp_path: Path, name: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["env", "init", name, "--dir", str(tmp_path / "x")]) == 1
+    err = capsys.readouterr().err
+    assert why in err and f"choose another name, e.g. 'my-{name}'" in err
+    assert not (tmp_path / "x").exists()
 
 
 def test_scaffold_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

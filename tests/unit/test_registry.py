@@ -1,10 +1,14 @@
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import agenthub
 from agenthub import (
+    Env,
     EnvArgumentsError,
+    EnvBuildError,
     EnvNotFoundError,
     EnvSpec,
     PluginLoadError,
@@ -12,9 +16,11 @@ from agenthub import (
     register,
     spec,
 )
-from agenthub._registry import _registered
+from agenthub._registry import _refresh, _registered
+from agenthub.wrappers import Recorder, TurnLimit
 
-from ._envs import CountdownEnv
+from ._envs import CountdownEnv, SyncStepEnv
+from ._plugins import declare
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +29,7 @@ def clean_registry() -> Iterator[None]:
     yield
     _registered.clear()
     _registered.update(before)
+    _refresh()  # forget entry points a test declared
 
 
 def test_builtin_envs_come_from_the_entry_point_group() -> None:
@@ -93,3 +100,50 @@ def test_wrong_arguments_name_the_env() -> None:
         make("countdown", colour="red")
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
         make("countdown", colour="red")  # still what the constructor raised, for old callers
+
+
+@pytest.mark.parametrize("error", ["RuntimeError", "FileNotFoundError"])
+def test_a_failing_constructor_is_an_error_naming_the_env_and_the_cause(error: str) -> None:
+    register("needs-data", "tests.unit._envs:factory_raising", error=error)
+    with pytest.raises(EnvBuildError) as info:
+        make("needs-data", message="cannot find data file /data/x.json")
+    assert str(info.value).startswith("environment 'needs-data' (entry point 'needs-data = ")
+    assert str(info.value).endswith(f"{error}: cannot find data file /data/x.json")
+    assert type(info.value.__cause__).__name__ == error
+
+
+def test_an_interrupt_while_building_is_not_wrapped() -> None:
+    register("slow", "tests.unit._envs:factory_raising", error="KeyboardInterrupt")
+    with pytest.raises(KeyboardInterrupt):
+        make("slow", message="")
+
+
+@pytest.mark.parametrize(
+    "wrap", [lambda env: env, lambda env: TurnLimit(Recorder(env), 3)], ids=["bare", "wrapped"]
+)
+def test_a_step_without_async_is_refused_when_the_env_is_made(
+    wrap: Callable[[Env[Any]], Env[Any]],
+) -> None:
+    register("forgetful", "tests.unit._envs:factory_returning")
+    with pytest.raises(
+        PluginLoadError,
+        match=r"environment 'forgetful'.*: SyncStepEnv.step must "
+        r"be `async def step\(self, action\)`; it is a plain function",
+    ):
+        make("forgetful", value=wrap(SyncStepEnv()))
+    assert isinstance(make("forgetful", value=wrap(CountdownEnv())), Env)
+
+
+def test_an_id_two_packages_declare_fails_only_when_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(tmp_path)
+    declare(tmp_path, "mine", {"clash": "mine.env:Env", "only-mine": "mine.env:Other"})
+    declare(tmp_path, "theirs", {"clash": "theirs.env:Env"})
+    assert spec("reward_func").package == "agenthub"
+    assert spec("only-mine").package == "mine"
+    assert [s.id for s in agenthub.list_envs()].count("clash") == 1
+    with pytest.raises(PluginLoadError, match=r"'clash' is declared by several installed packages"):
+        make("clash")
+    with pytest.raises(PluginLoadError, match=r"\((mine, theirs|theirs, mine)\).*uninstall one"):
+        spec("clash")
