@@ -141,7 +141,14 @@ class _Checker:
                 self.fail("the env has no tasks of its own; pass tasks=[Task(...)] to check_env")
                 return []
             if not tasks:
-                self.fail("env.tasks('train') yielded no tasks")
+                self.fail(
+                    "no tasks to check: env.tasks('train') yielded none; fix its task source "
+                    "or pass tasks=[Task(...)] to check_env"
+                )
+                return []
+        if not tasks:
+            self.fail("no tasks to check: tasks=[] was given; pass at least one agenthub.Task")
+            return []
         for task in tasks:
             if not isinstance(task, Task):
                 self.fail(f"env.tasks() yielded {type(task).__name__}, not agenthub.Task")

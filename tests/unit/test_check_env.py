@@ -1,3 +1,5 @@
+from collections.abc import Iterator
+
 import pytest
 
 from agenthub import CheckEnvError, Env, Task
@@ -38,6 +40,17 @@ def test_env_without_tasks_needs_tasks_given() -> None:
     with pytest.raises(CheckEnvError, match="pass tasks="):
         check_env(NoTasks())
     check_env(NoTasks(), tasks=[Task(id="x", prompt="p", label=2)])
+
+
+def test_no_tasks_to_play_is_a_failure_not_a_pass() -> None:
+    class Empty(_envs.CountdownEnv):
+        def tasks(self, split: str = "train") -> Iterator[Task]:
+            return iter([])
+
+    with pytest.raises(CheckEnvError, match="no tasks to check: tasks=\\[\\] was given"):
+        check_env(_envs.CountdownEnv(), tasks=[])
+    with pytest.raises(CheckEnvError, match="no tasks to check: env.tasks\\('train'\\) yielded"):
+        check_env(Empty())
 
 
 def test_not_an_env_is_reported() -> None:
