@@ -140,6 +140,9 @@ class _Checker:
             except NoTaskSourceError:
                 self.fail("the env has no tasks of its own; pass tasks=[Task(...)] to check_env")
                 return []
+            except Exception as exc:
+                self.fail(f"env.tasks('train') raised {type(exc).__name__}: {exc}")
+                return []
             if not tasks:
                 self.fail(
                     "no tasks to check: env.tasks('train') yielded none; fix its task source "

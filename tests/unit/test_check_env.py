@@ -53,6 +53,15 @@ def test_no_tasks_to_play_is_a_failure_not_a_pass() -> None:
         check_env(Empty())
 
 
+def test_tasks_that_raise_are_a_problem_not_a_traceback() -> None:
+    class MissingData(_envs.CountdownEnv):
+        def tasks(self, split: str = "train") -> Iterator[Task]:
+            raise FileNotFoundError(f"no such file: data/{split}.jsonl")
+
+    with pytest.raises(CheckEnvError, match="env.tasks\\('train'\\) raised FileNotFoundError"):
+        check_env(MissingData())
+
+
 def test_not_an_env_is_reported() -> None:
     with pytest.raises(CheckEnvError, match="not a subclass of agenthub.Env"):
         check_env(lambda: object())  # type: ignore[arg-type,return-value]
