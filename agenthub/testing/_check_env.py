@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,12 @@ DEFAULT_ACTIONS: tuple[str, ...] = (
 )
 """Replies a model might plausibly produce; any env must answer them without raising."""
 
+_AWAIT_BLOCKING_WORK = (
+    "run blocking or CPU-heavy work with `await anyio.to_thread.run_sync(...)` (or in a "
+    "process), and talk to servers through an async client"
+)
+_READ_LAZILY = "yield tasks as they are read rather than loading the whole source first"
+
 EnvLike = Env[Any] | Callable[[], Env[Any]] | str
 
 
@@ -37,6 +44,7 @@ def check_env(
     seed: int = 0,
     max_steps: int = 32,
     timeout_s: float = 60.0,
+    max_block_s: float = 0.25,
 ) -> None:
     """Check that `env` keeps the `agenthub.Env` contract; raise `CheckEnvError` if not.
 
@@ -45,8 +53,9 @@ def check_env(
     tasks) and checks: types of everything returned, JSON-serialisable tasks, observations and
     info, that episodes end within `max_steps`, that the same seed and actions replay the same
     episode, that a cancelled `reset` or `step` leaves the env usable, that `aclose` is
-    idempotent, and that `env.spec` round-trips through JSON. Call it from a plain (sync) test;
-    inside a running event loop use `acheck_env`.
+    idempotent, that `env.spec` round-trips through JSON, and that no call blocks the event
+    loop for more than `max_block_s` (training runs many episodes on one loop). Call it from a
+    plain (sync) test; inside a running event loop use `acheck_env`.
     """
     anyio.run(
         lambda: acheck_env(
@@ -56,6 +65,7 @@ def check_env(
             seed=seed,
             max_steps=max_steps,
             timeout_s=timeout_s,
+            max_block_s=max_block_s,
         )
     )
 
@@ -76,10 +86,11 @@ async def acheck_env(
     seed: int = 0,
     max_steps: int = 32,
     timeout_s: float = 60.0,
+    max_block_s: float = 0.25,
 ) -> None:
     """The async twin of `check_env`."""
     instance = make(env) if isinstance(env, str) else env if isinstance(env, Env) else env()
-    checker = _Checker(instance, list(actions), max_steps, timeout_s)
+    checker = _Checker(instance, list(actions), max_steps, timeout_s, max_block_s)
     try:
         await checker.run(seed, tasks)
     finally:
@@ -89,14 +100,37 @@ async def acheck_env(
         raise CheckEnvError(str(instance), checker.problems)
 
 
+class _Ticker:
+    """Ticks every 10 ms while the event loop is free: the longest gap between ticks is the
+    longest the loop was kept from running other tasks."""
+
+    def __init__(self) -> None:
+        self.last = anyio.current_time()
+        self.longest = 0.0
+
+    def tick(self) -> None:
+        now = anyio.current_time()
+        self.longest = max(self.longest, now - self.last)
+        self.last = now
+
+    async def run(self) -> None:
+        while True:
+            self.tick()
+            await anyio.sleep(0.01)
+
+
 class _Checker:
-    def __init__(self, env: Any, actions: list[str], max_steps: int, timeout_s: float) -> None:
+    def __init__(
+        self, env: Any, actions: list[str], max_steps: int, timeout_s: float, max_block_s: float
+    ) -> None:
         self.env = env
         self.actions = actions
         self.max_steps = max_steps
         self.timeout_s = timeout_s
+        self.max_block_s = max_block_s
         self.problems: list[str] = []
         self.closed = False
+        self.blocked = False
 
     def fail(self, problem: str) -> None:
         self.problems.append(problem)
@@ -106,7 +140,7 @@ class _Checker:
             self.fail(f"{type(self.env).__name__} is not a subclass of agenthub.Env")
             return
         self.check_spec(self.env.spec)
-        picked = self.pick_tasks(tasks)
+        picked = await self.pick_tasks(tasks)
         for task in picked:
             first = await self.episode(task, seed)
             if first is None:
@@ -133,10 +167,11 @@ class _Checker:
         if back != spec:
             self.fail(f"env.spec changes in a JSON round trip: {spec!r} -> {back!r}")
 
-    def pick_tasks(self, tasks: Sequence[Task] | None) -> list[Task]:
+    async def pick_tasks(self, tasks: Sequence[Task] | None) -> list[Task]:
         if tasks is None:
             try:
-                tasks = list(itertools.islice(self.env.tasks("train"), 2))
+                async with self.watch("env.tasks('train')", _READ_LAZILY):
+                    tasks = list(itertools.islice(self.env.tasks("train"), 2))
             except NoTaskSourceError:
                 self.fail("the env has no tasks of its own; pass tasks=[Task(...)] to check_env")
                 return []
@@ -163,12 +198,37 @@ class _Checker:
     async def guarded(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         try:
             with anyio.fail_after(self.timeout_s):
-                return True, await call()
+                async with self.watch(what, _AWAIT_BLOCKING_WORK):
+                    return True, await call()
         except TimeoutError:
             self.fail(f"{what} did not return within {self.timeout_s:g} s")
         except Exception as exc:
             self.fail(f"{what} raised {type(exc).__name__}: {exc}")
         return False, None
+
+    @asynccontextmanager
+    async def watch(self, what: str, hint: str) -> AsyncIterator[None]:
+        """Report the first call that blocks the event loop too long: `fail_after` cannot
+        interrupt it, but a ticker kept waiting meanwhile shows it."""
+        ticker = _Ticker()
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker.run)
+            try:
+                yield
+            except Exception as exc:  # raised below: the task group would wrap it in a group
+                error = exc
+            finally:
+                ticker.tick()
+                tg.cancel_scope.cancel()
+                if ticker.longest > self.max_block_s and not self.blocked:
+                    self.blocked = True
+                    self.fail(
+                        f"{what} blocked the event loop for {ticker.longest:.2f} s (the limit "
+                        f"is {self.max_block_s:g} s), stalling every other episode on it; {hint}"
+                    )
+        if error is not None:
+            raise error
 
     async def episode(self, task: Task, seed: int) -> list[_Turn] | None:
         ok, reset = await self.guarded(

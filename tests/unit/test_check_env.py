@@ -62,6 +62,25 @@ def test_tasks_that_raise_are_a_problem_not_a_traceback() -> None:
         check_env(MissingData())
 
 
+@pytest.mark.parametrize(
+    ("where", "call", "fix"),
+    [
+        ("tasks", "env.tasks\\('train'\\)", "yield tasks as they are read"),
+        ("reset", "reset\\(task 'train-0'\\)", "anyio.to_thread.run_sync"),
+        ("step", "step #1 of task 'train-0' with action ''", "anyio.to_thread.run_sync"),
+        ("aclose", "the first aclose\\(\\)", "anyio.to_thread.run_sync"),
+    ],
+)
+def test_a_call_that_blocks_the_event_loop_is_reported(where: str, call: str, fix: str) -> None:
+    # fail_after cannot interrupt time.sleep; only a loop kept waiting shows it.
+    with pytest.raises(CheckEnvError, match=f"{call} blocked the event loop for [0-9.]+ s.*{fix}"):
+        check_env(_envs.BlockingEnv(where))
+
+
+def test_the_blocking_limit_can_be_raised() -> None:
+    check_env(_envs.BlockingEnv("step"), max_block_s=2.0)
+
+
 def test_not_an_env_is_reported() -> None:
     with pytest.raises(CheckEnvError, match="not a subclass of agenthub.Env"):
         check_env(lambda: object())  # type: ignore[arg-type,return-value]
