@@ -50,12 +50,13 @@ def check_env(
 
     `env` is an instance, a zero-argument factory, or a registered id. The checker plays a few
     episodes with `actions` (cycled) on `tasks` (by default the env's first two `train`
-    tasks) and checks: types of everything returned, JSON-serialisable tasks, observations and
-    info, that episodes end within `max_steps`, that the same seed and actions replay the same
-    episode, that a cancelled `reset` or `step` leaves the env usable, that `aclose` is
-    idempotent, that `env.spec` round-trips through JSON, and that no call blocks the event
-    loop for more than `max_block_s` (training runs many episodes on one loop). Call it from a
-    plain (sync) test; inside a running event loop use `acheck_env`.
+    tasks), one of them opening with the task's answer where it has one (`metadata["reference"]`
+    or a text `label`), and checks: types of everything returned, JSON-serialisable tasks,
+    observations and info, that episodes end within `max_steps`, that the same seed and actions
+    replay the same episode, that a cancelled `reset` or `step` leaves the env usable, that
+    `aclose` is idempotent, that `env.spec` round-trips through JSON, and that no call blocks
+    the event loop for more than `max_block_s` (training runs many episodes on one loop). Call
+    it from a plain (sync) test; inside a running event loop use `acheck_env`.
     """
     anyio.run(
         lambda: acheck_env(
@@ -152,6 +153,10 @@ class _Checker:
                     f"differed: {_first_difference(first, again)}. Draw randomness only from "
                     "self.np_random after self.reseed(seed)."
                 )
+        answered = ((task, answer) for task in picked if (answer := _answer(task)) is not None)
+        for task, answer in itertools.islice(answered, 1):
+            if await self.episode(task, seed, opening=(answer,)) is None:
+                return
         if picked:
             await self.check_cancellation(picked[0], seed)
         await self.check_aclose()
@@ -230,14 +235,17 @@ class _Checker:
         if error is not None:
             raise error
 
-    async def episode(self, task: Task, seed: int) -> list[_Turn] | None:
+    async def episode(
+        self, task: Task, seed: int, opening: Sequence[str] = ()
+    ) -> list[_Turn] | None:
         ok, reset = await self.guarded(
             f"reset(task {task.id!r})", lambda: self.env.reset(task, seed=seed)
         )
         if not ok or not self.check_reset(reset):
             return None
         turns = [_Turn(reset[0], 0.0, False, False)]
-        for n, action in zip(range(self.max_steps), itertools.cycle(self.actions)):
+        actions = itertools.chain(opening, itertools.cycle(self.actions))
+        for n, action in zip(range(self.max_steps), actions, strict=False):
             ok, result = await self.guarded(
                 f"step #{n + 1} of task {task.id!r} with action {action[:40]!r}",
                 lambda a=action: self.env.step(a),  # type: ignore[misc]
@@ -323,6 +331,15 @@ class _Checker:
             ok, _ = await self.guarded(f"the {attempt} aclose()", self.env.aclose)
             if not ok:
                 return
+
+
+def _answer(task: Task) -> str | None:
+    """A reply that should win the task, so the winning branch of `step` is played too: the
+    correct response built-in tasks keep in `metadata["reference"]`, else a text label."""
+    reference = task.metadata.get("reference")
+    if isinstance(reference, str):
+        return reference
+    return task.label if isinstance(task.label, str) else None
 
 
 def _finite(value: Any) -> bool:

@@ -1,8 +1,9 @@
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from agenthub import CheckEnvError, Env, Task
+from agenthub import CheckEnvError, Env, Message, Step, Task
 from agenthub.testing import check_env
 from agenthub.wrappers import TurnLimit
 
@@ -79,6 +80,36 @@ def test_a_call_that_blocks_the_event_loop_is_reported(where: str, call: str, fi
 
 def test_the_blocking_limit_can_be_raised() -> None:
     check_env(_envs.BlockingEnv("step"), max_block_s=2.0)
+
+
+class GuessEnv(Env[list[Message]]):
+    """One guess per episode; the winning branch alone is broken (its reward is text)."""
+
+    answer = ""
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.answer = str(task.metadata.get("reference", task.label))
+        return [], {}
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        if action == self.answer:
+            return Step([], reward="1", terminated=True)  # type: ignore[arg-type]
+        return Step([Message(role="user", content="No.")], 0.0, terminated=True)
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        Task(id="capital", prompt="Capital of France?", label="Paris"),
+        Task(id="capital", prompt="Capital of France?", label=0, metadata={"reference": "Paris"}),
+    ],
+)
+def test_the_answer_is_played_so_a_broken_winning_branch_shows(task: Task) -> None:
+    message = "step #1 of task 'capital' with action 'Paris' raised TypeError: Step.reward"
+    with pytest.raises(CheckEnvError, match=message):
+        check_env(GuessEnv(), tasks=[task])
 
 
 def test_not_an_env_is_reported() -> None:
