@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import math
@@ -140,6 +141,9 @@ class _Checker:
         if not isinstance(self.env, Env):
             self.fail(f"{type(self.env).__name__} is not a subclass of agenthub.Env")
             return
+        if not self.check_coroutines():
+            self.closed = True  # awaiting the env, even to close it, would only add TypeErrors
+            return
         self.check_spec(self.env.spec)
         picked = await self.pick_tasks(tasks)
         for task in picked:
@@ -160,6 +164,20 @@ class _Checker:
         if picked:
             await self.check_cancellation(picked[0], seed)
         await self.check_aclose()
+
+    def check_coroutines(self) -> bool:
+        """Awaiting a plain method fails with a TypeError that does not say what to change."""
+        inner = self.env.unwrapped
+        good = True
+        for env in [self.env] if inner is self.env else [self.env, inner]:
+            for name in ("reset", "step", "aclose"):
+                if not inspect.iscoroutinefunction(getattr(env, name)):
+                    self.fail(
+                        f"{type(env).__name__}.{name} must be async def, not def: agenthub "
+                        "awaits it on an event loop that many episodes share"
+                    )
+                    good = False
+        return good
 
     def check_spec(self, spec: EnvSpec | None) -> None:
         if spec is None:

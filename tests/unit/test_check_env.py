@@ -112,6 +112,22 @@ def test_the_answer_is_played_so_a_broken_winning_branch_shows(task: Task) -> No
         check_env(GuessEnv(), tasks=[task])
 
 
+def test_plain_def_methods_are_told_to_be_async_def() -> None:
+    class PlainStep(_envs.CountdownEnv):
+        def step(self, action: str) -> Step[list[Message]]:  # type: ignore[override]
+            return Step([], 1.0, terminated=True)
+
+        def aclose(self) -> None:  # type: ignore[override]
+            pass
+
+    with pytest.raises(CheckEnvError) as raised:
+        check_env(TurnLimit(PlainStep(), max_turns=2))
+    assert [p.split(":")[0] for p in raised.value.problems] == [
+        "PlainStep.step must be async def, not def",
+        "PlainStep.aclose must be async def, not def",
+    ]
+
+
 def test_not_an_env_is_reported() -> None:
     with pytest.raises(CheckEnvError, match="not a subclass of agenthub.Env"):
         check_env(lambda: object())  # type: ignore[arg-type,return-value]
