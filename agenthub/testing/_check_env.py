@@ -310,8 +310,16 @@ class _Checker:
     def check_observation(self, where: str, observation: Any) -> bool:
         if isinstance(observation, str):
             return True
-        if isinstance(observation, list) and all(isinstance(m, Message) for m in observation):
-            return True
+        if isinstance(observation, list):
+            strays = sorted({type(m).__name__ for m in observation if not isinstance(m, Message)})
+            if not strays:
+                return True
+            self.fail(
+                f"{where} returned an observation that is a list of {' and '.join(strays)}; it "
+                "must be a str or a list of agenthub.Message: wrap each item as "
+                "agenthub.Message(role=..., content=...)"
+            )
+            return False
         self.fail(
             f"{where} returned an observation of type {type(observation).__name__}; it must be "
             "a list of agenthub.Message or a str"

@@ -112,6 +112,20 @@ def test_the_answer_is_played_so_a_broken_winning_branch_shows(task: Task) -> No
         check_env(GuessEnv(), tasks=[task])
 
 
+def test_a_list_of_dicts_as_observation_is_named_with_the_fix() -> None:
+    class DictMessages(_envs.CountdownEnv):
+        async def step(self, action: str) -> Step[Any]:
+            step = await super().step(action)
+            return Step([{"role": "user", "content": "hi"}], step.reward, step.terminated)
+
+    message = (
+        "step returned an observation that is a list of dict; .*"
+        "wrap each item as agenthub.Message\\(role=..., content=...\\)"
+    )
+    with pytest.raises(CheckEnvError, match=message):
+        check_env(DictMessages())
+
+
 def test_plain_def_methods_are_told_to_be_async_def() -> None:
     class PlainStep(_envs.CountdownEnv):
         def step(self, action: str) -> Step[list[Message]]:  # type: ignore[override]
