@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from agenthub._errors import AgentHubError, CheckEnvError, PluginLoadError
+from agenthub._errors import AgentHubError, CheckEnvError, PluginLoadError, TaskFileError
 from agenthub._registry import list_envs, load_entry_point, make, spec
 
 
@@ -70,6 +70,10 @@ def check_command(args: argparse.Namespace) -> int:
 
     env = make(args.env_id, **parse_kwargs(args.kwargs))
     tasks = list(read_jsonl_tasks(args.tasks))[:2] if args.tasks else None
+    if tasks == []:
+        raise TaskFileError(
+            f"no tasks to check: task file {args.tasks} holds none; give one JSON task per line"
+        )
     console = Console(stderr=True)
     try:
         check_env(env, tasks=tasks)

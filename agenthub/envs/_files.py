@@ -18,8 +18,10 @@ def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, A
     """Yield `(where, default_id, record)` for each non-blank line: `where` is `file:line` for
     error messages, `default_id` is `<file stem>-<line>` for records without an id."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise TaskFileError(f"task file {path} does not exist")
+    if not path.is_file():
+        raise TaskFileError(f"task file {path} is not a regular file; give a JSONL file")
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio.to_thread
+
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._common import as_bytes, request_files
 from agenthub.sandbox._types import ExecResult, ExecStatus, Limits, SandboxError
@@ -64,7 +66,8 @@ def run_in_subprocess(request: SandboxRequest) -> ExecResult:
 
 class FakeSandbox(Sandbox):
     """Answers each `run` with `respond(request)` (by default `run_in_subprocess`) and records
-    the requests, so tests can script sandbox failures and check what was sent."""
+    the requests, so tests can script sandbox failures and check what was sent. `respond` runs
+    in a worker thread: like a real sandbox, the fake must not block the event loop."""
 
     name = "fake"
 
@@ -93,7 +96,7 @@ class FakeSandbox(Sandbox):
         del all_files["main.py"]
         request = SandboxRequest(code, as_bytes(stdin), all_files, limits or self.limits)
         self.requests.append(request)
-        return self.respond(request)
+        return await anyio.to_thread.run_sync(self.respond, request)
 
     async def aclose(self) -> None:
         self.closed += 1

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,12 @@ DEFAULT_ACTIONS: tuple[str, ...] = (
 )
 """Replies a model might plausibly produce; any env must answer them without raising."""
 
+_AWAIT_BLOCKING_WORK = (
+    "run blocking or CPU-heavy work with `await anyio.to_thread.run_sync(...)` (or in a "
+    "process), and talk to servers through an async client"
+)
+_READ_LAZILY = "yield tasks as they are read rather than loading the whole source first"
+
 EnvLike = Env[Any] | Callable[[], Env[Any]] | str
 
 
@@ -37,16 +45,19 @@ def check_env(
     seed: int = 0,
     max_steps: int = 32,
     timeout_s: float = 60.0,
+    max_block_s: float = 0.25,
 ) -> None:
     """Check that `env` keeps the `agenthub.Env` contract; raise `CheckEnvError` if not.
 
     `env` is an instance, a zero-argument factory, or a registered id. The checker plays a few
     episodes with `actions` (cycled) on `tasks` (by default the env's first two `train`
-    tasks) and checks: types of everything returned, JSON-serialisable tasks, observations and
-    info, that episodes end within `max_steps`, that the same seed and actions replay the same
-    episode, that a cancelled `reset` or `step` leaves the env usable, that `aclose` is
-    idempotent, and that `env.spec` round-trips through JSON. Call it from a plain (sync) test;
-    inside a running event loop use `acheck_env`.
+    tasks), one of them opening with the task's answer where it has one (`metadata["reference"]`
+    or a text `label`), and checks: types of everything returned, JSON-serialisable tasks,
+    observations and info, that episodes end within `max_steps`, that the same seed and actions
+    replay the same episode, that a cancelled `reset` or `step` leaves the env usable, that
+    `aclose` is idempotent, that `env.spec` round-trips through JSON, and that no call blocks
+    the event loop for more than `max_block_s` (training runs many episodes on one loop). Call
+    it from a plain (sync) test; inside a running event loop use `acheck_env`.
     """
     anyio.run(
         lambda: acheck_env(
@@ -56,6 +67,7 @@ def check_env(
             seed=seed,
             max_steps=max_steps,
             timeout_s=timeout_s,
+            max_block_s=max_block_s,
         )
     )
 
@@ -76,10 +88,11 @@ async def acheck_env(
     seed: int = 0,
     max_steps: int = 32,
     timeout_s: float = 60.0,
+    max_block_s: float = 0.25,
 ) -> None:
     """The async twin of `check_env`."""
     instance = make(env) if isinstance(env, str) else env if isinstance(env, Env) else env()
-    checker = _Checker(instance, list(actions), max_steps, timeout_s)
+    checker = _Checker(instance, list(actions), max_steps, timeout_s, max_block_s)
     try:
         await checker.run(seed, tasks)
     finally:
@@ -89,14 +102,37 @@ async def acheck_env(
         raise CheckEnvError(str(instance), checker.problems)
 
 
+class _Ticker:
+    """Ticks every 10 ms while the event loop is free: the longest gap between ticks is the
+    longest the loop was kept from running other tasks."""
+
+    def __init__(self) -> None:
+        self.last = anyio.current_time()
+        self.longest = 0.0
+
+    def tick(self) -> None:
+        now = anyio.current_time()
+        self.longest = max(self.longest, now - self.last)
+        self.last = now
+
+    async def run(self) -> None:
+        while True:
+            self.tick()
+            await anyio.sleep(0.01)
+
+
 class _Checker:
-    def __init__(self, env: Any, actions: list[str], max_steps: int, timeout_s: float) -> None:
+    def __init__(
+        self, env: Any, actions: list[str], max_steps: int, timeout_s: float, max_block_s: float
+    ) -> None:
         self.env = env
         self.actions = actions
         self.max_steps = max_steps
         self.timeout_s = timeout_s
+        self.max_block_s = max_block_s
         self.problems: list[str] = []
         self.closed = False
+        self.blocked = False
 
     def fail(self, problem: str) -> None:
         self.problems.append(problem)
@@ -105,8 +141,11 @@ class _Checker:
         if not isinstance(self.env, Env):
             self.fail(f"{type(self.env).__name__} is not a subclass of agenthub.Env")
             return
+        if not self.check_coroutines():
+            self.closed = True  # awaiting the env, even to close it, would only add TypeErrors
+            return
         self.check_spec(self.env.spec)
-        picked = self.pick_tasks(tasks)
+        picked = await self.pick_tasks(tasks)
         for task in picked:
             first = await self.episode(task, seed)
             if first is None:
@@ -118,9 +157,27 @@ class _Checker:
                     f"differed: {_first_difference(first, again)}. Draw randomness only from "
                     "self.np_random after self.reseed(seed)."
                 )
+        answered = ((task, answer) for task in picked if (answer := _answer(task)) is not None)
+        for task, answer in itertools.islice(answered, 1):
+            if await self.episode(task, seed, opening=(answer,)) is None:
+                return
         if picked:
             await self.check_cancellation(picked[0], seed)
         await self.check_aclose()
+
+    def check_coroutines(self) -> bool:
+        """Awaiting a plain method fails with a TypeError that does not say what to change."""
+        inner = self.env.unwrapped
+        good = True
+        for env in [self.env] if inner is self.env else [self.env, inner]:
+            for name in ("reset", "step", "aclose"):
+                if not inspect.iscoroutinefunction(getattr(env, name)):
+                    self.fail(
+                        f"{type(env).__name__}.{name} must be async def, not def: agenthub "
+                        "awaits it on an event loop that many episodes share"
+                    )
+                    good = False
+        return good
 
     def check_spec(self, spec: EnvSpec | None) -> None:
         if spec is None:
@@ -133,15 +190,26 @@ class _Checker:
         if back != spec:
             self.fail(f"env.spec changes in a JSON round trip: {spec!r} -> {back!r}")
 
-    def pick_tasks(self, tasks: Sequence[Task] | None) -> list[Task]:
+    async def pick_tasks(self, tasks: Sequence[Task] | None) -> list[Task]:
         if tasks is None:
             try:
-                tasks = list(itertools.islice(self.env.tasks("train"), 2))
+                async with self.watch("env.tasks('train')", _READ_LAZILY):
+                    tasks = list(itertools.islice(self.env.tasks("train"), 2))
             except NoTaskSourceError:
                 self.fail("the env has no tasks of its own; pass tasks=[Task(...)] to check_env")
                 return []
+            except Exception as exc:
+                self.fail(f"env.tasks('train') raised {type(exc).__name__}: {exc}")
+                return []
             if not tasks:
-                self.fail("env.tasks('train') yielded no tasks")
+                self.fail(
+                    "no tasks to check: env.tasks('train') yielded none; fix its task source "
+                    "or pass tasks=[Task(...)] to check_env"
+                )
+                return []
+        if not tasks:
+            self.fail("no tasks to check: tasks=[] was given; pass at least one agenthub.Task")
+            return []
         for task in tasks:
             if not isinstance(task, Task):
                 self.fail(f"env.tasks() yielded {type(task).__name__}, not agenthub.Task")
@@ -153,21 +221,49 @@ class _Checker:
     async def guarded(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         try:
             with anyio.fail_after(self.timeout_s):
-                return True, await call()
+                async with self.watch(what, _AWAIT_BLOCKING_WORK):
+                    return True, await call()
         except TimeoutError:
             self.fail(f"{what} did not return within {self.timeout_s:g} s")
         except Exception as exc:
             self.fail(f"{what} raised {type(exc).__name__}: {exc}")
         return False, None
 
-    async def episode(self, task: Task, seed: int) -> list[_Turn] | None:
+    @asynccontextmanager
+    async def watch(self, what: str, hint: str) -> AsyncIterator[None]:
+        """Report the first call that blocks the event loop too long: `fail_after` cannot
+        interrupt it, but a ticker kept waiting meanwhile shows it."""
+        ticker = _Ticker()
+        error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker.run)
+            try:
+                yield
+            except Exception as exc:  # raised below: the task group would wrap it in a group
+                error = exc
+            finally:
+                ticker.tick()
+                tg.cancel_scope.cancel()
+                if ticker.longest > self.max_block_s and not self.blocked:
+                    self.blocked = True
+                    self.fail(
+                        f"{what} blocked the event loop for {ticker.longest:.2f} s (the limit "
+                        f"is {self.max_block_s:g} s), stalling every other episode on it; {hint}"
+                    )
+        if error is not None:
+            raise error
+
+    async def episode(
+        self, task: Task, seed: int, opening: Sequence[str] = ()
+    ) -> list[_Turn] | None:
         ok, reset = await self.guarded(
             f"reset(task {task.id!r})", lambda: self.env.reset(task, seed=seed)
         )
         if not ok or not self.check_reset(reset):
             return None
         turns = [_Turn(reset[0], 0.0, False, False)]
-        for n, action in zip(range(self.max_steps), itertools.cycle(self.actions)):
+        actions = itertools.chain(opening, itertools.cycle(self.actions))
+        for n, action in zip(range(self.max_steps), actions, strict=False):
             ok, result = await self.guarded(
                 f"step #{n + 1} of task {task.id!r} with action {action[:40]!r}",
                 lambda a=action: self.env.step(a),  # type: ignore[misc]
@@ -214,8 +310,16 @@ class _Checker:
     def check_observation(self, where: str, observation: Any) -> bool:
         if isinstance(observation, str):
             return True
-        if isinstance(observation, list) and all(isinstance(m, Message) for m in observation):
-            return True
+        if isinstance(observation, list):
+            strays = sorted({type(m).__name__ for m in observation if not isinstance(m, Message)})
+            if not strays:
+                return True
+            self.fail(
+                f"{where} returned an observation that is a list of {' and '.join(strays)}; it "
+                "must be a str or a list of agenthub.Message: wrap each item as "
+                "agenthub.Message(role=..., content=...)"
+            )
+            return False
         self.fail(
             f"{where} returned an observation of type {type(observation).__name__}; it must be "
             "a list of agenthub.Message or a str"
@@ -253,6 +357,15 @@ class _Checker:
             ok, _ = await self.guarded(f"the {attempt} aclose()", self.env.aclose)
             if not ok:
                 return
+
+
+def _answer(task: Task) -> str | None:
+    """A reply that should win the task, so the winning branch of `step` is played too: the
+    correct response built-in tasks keep in `metadata["reference"]`, else a text label."""
+    reference = task.metadata.get("reference")
+    if isinstance(reference, str):
+        return reference
+    return task.label if isinstance(task.label, str) else None
 
 
 def _finite(value: Any) -> bool:

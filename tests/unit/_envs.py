@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,6 +108,38 @@ class SyncStepEnv(CountdownEnv):
 
     def step(self, action: str) -> Step[list[Message]]:  # type: ignore[override]
         return Step([], 1.0, terminated=True)
+
+
+class BlockingEnv(CountdownEnv):
+    """Blocks the event loop for half a second, once, in the method named `where`."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def block_once(self, where: str) -> None:
+        if where == self.where:
+            self.where = ""
+            time.sleep(0.5)
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        self.block_once("tasks")
+        return super().tasks(split)
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.block_once("reset")
+        return await super().reset(task, seed=seed)
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        await anyio.lowlevel.checkpoint()
+        self.block_once("step")
+        return await super().step(action)
+
+    async def aclose(self) -> None:
+        self.block_once("aclose")
+        await super().aclose()
 
 
 def factory_returning(value: object) -> Any:

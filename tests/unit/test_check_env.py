@@ -1,6 +1,9 @@
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
-from agenthub import CheckEnvError, Env, Task
+from agenthub import CheckEnvError, Env, Message, Step, Task
 from agenthub.testing import check_env
 from agenthub.wrappers import TurnLimit
 
@@ -38,6 +41,105 @@ def test_env_without_tasks_needs_tasks_given() -> None:
     with pytest.raises(CheckEnvError, match="pass tasks="):
         check_env(NoTasks())
     check_env(NoTasks(), tasks=[Task(id="x", prompt="p", label=2)])
+
+
+def test_no_tasks_to_play_is_a_failure_not_a_pass() -> None:
+    class Empty(_envs.CountdownEnv):
+        def tasks(self, split: str = "train") -> Iterator[Task]:
+            return iter([])
+
+    with pytest.raises(CheckEnvError, match="no tasks to check: tasks=\\[\\] was given"):
+        check_env(_envs.CountdownEnv(), tasks=[])
+    with pytest.raises(CheckEnvError, match="no tasks to check: env.tasks\\('train'\\) yielded"):
+        check_env(Empty())
+
+
+def test_tasks_that_raise_are_a_problem_not_a_traceback() -> None:
+    class MissingData(_envs.CountdownEnv):
+        def tasks(self, split: str = "train") -> Iterator[Task]:
+            raise FileNotFoundError(f"no such file: data/{split}.jsonl")
+
+    with pytest.raises(CheckEnvError, match="env.tasks\\('train'\\) raised FileNotFoundError"):
+        check_env(MissingData())
+
+
+@pytest.mark.parametrize(
+    ("where", "call", "fix"),
+    [
+        ("tasks", "env.tasks\\('train'\\)", "yield tasks as they are read"),
+        ("reset", "reset\\(task 'train-0'\\)", "anyio.to_thread.run_sync"),
+        ("step", "step #1 of task 'train-0' with action ''", "anyio.to_thread.run_sync"),
+        ("aclose", "the first aclose\\(\\)", "anyio.to_thread.run_sync"),
+    ],
+)
+def test_a_call_that_blocks_the_event_loop_is_reported(where: str, call: str, fix: str) -> None:
+    # fail_after cannot interrupt time.sleep; only a loop kept waiting shows it.
+    with pytest.raises(CheckEnvError, match=f"{call} blocked the event loop for [0-9.]+ s.*{fix}"):
+        check_env(_envs.BlockingEnv(where))
+
+
+def test_the_blocking_limit_can_be_raised() -> None:
+    check_env(_envs.BlockingEnv("step"), max_block_s=2.0)
+
+
+class GuessEnv(Env[list[Message]]):
+    """One guess per episode; the winning branch alone is broken (its reward is text)."""
+
+    answer = ""
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.answer = str(task.metadata.get("reference", task.label))
+        return [], {}
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        if action == self.answer:
+            return Step([], reward="1", terminated=True)  # type: ignore[arg-type]
+        return Step([Message(role="user", content="No.")], 0.0, terminated=True)
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        Task(id="capital", prompt="Capital of France?", label="Paris"),
+        Task(id="capital", prompt="Capital of France?", label=0, metadata={"reference": "Paris"}),
+    ],
+)
+def test_the_answer_is_played_so_a_broken_winning_branch_shows(task: Task) -> None:
+    message = "step #1 of task 'capital' with action 'Paris' raised TypeError: Step.reward"
+    with pytest.raises(CheckEnvError, match=message):
+        check_env(GuessEnv(), tasks=[task])
+
+
+def test_a_list_of_dicts_as_observation_is_named_with_the_fix() -> None:
+    class DictMessages(_envs.CountdownEnv):
+        async def step(self, action: str) -> Step[Any]:
+            step = await super().step(action)
+            return Step([{"role": "user", "content": "hi"}], step.reward, step.terminated)
+
+    message = (
+        "step returned an observation that is a list of dict; .*"
+        "wrap each item as agenthub.Message\\(role=..., content=...\\)"
+    )
+    with pytest.raises(CheckEnvError, match=message):
+        check_env(DictMessages())
+
+
+def test_plain_def_methods_are_told_to_be_async_def() -> None:
+    class PlainStep(_envs.CountdownEnv):
+        def step(self, action: str) -> Step[list[Message]]:  # type: ignore[override]
+            return Step([], 1.0, terminated=True)
+
+        def aclose(self) -> None:  # type: ignore[override]
+            pass
+
+    with pytest.raises(CheckEnvError) as raised:
+        check_env(TurnLimit(PlainStep(), max_turns=2))
+    assert [p.split(":")[0] for p in raised.value.problems] == [
+        "PlainStep.step must be async def, not def",
+        "PlainStep.aclose must be async def, not def",
+    ]
 
 
 def test_not_an_env_is_reported() -> None:

@@ -117,6 +117,18 @@ def test_envs_check_passes_and_fails_with_exit_codes(
     assert bad == 1 and "must be a finite number" in capsys.readouterr().err
 
 
+def test_envs_check_with_an_empty_task_file_fails(tmp_path: Path) -> None:
+    (tmp_path / "empty.jsonl").write_text("\n")
+    result = agenthub("envs", "check", "math", "--tasks", str(tmp_path / "empty.jsonl"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "no tasks to check" in result.stderr and "keeps the agenthub" not in result.stderr
+
+
+def test_envs_check_names_a_task_path_that_is_no_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["envs", "check", "math", "--tasks", "/dev/null"]) == 1
+    assert "task file /dev/null is not a regular file" in capsys.readouterr().err
+
+
 def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:
     result = agenthub("envs", "check", "no_such_env")
     assert result.returncode == 1
