@@ -17,49 +17,45 @@ class EnvReturnError(TypeError):
 
 def checked_reset(value: Any) -> tuple[Any, Mapping[str, Any]]:
     """`value` if `reset` may return it, else `EnvReturnError`."""
-    if problem := reset_problem(value):
-        raise EnvReturnError(problem)
+    if problems := reset_problems(value):
+        raise EnvReturnError("; ".join(problems))
     return value  # type: ignore[no-any-return]
 
 
 def checked_step(value: Any) -> Step[Any]:
     """`value` if `step` may return it, else `EnvReturnError`."""
-    if problem := step_problem(value):
-        raise EnvReturnError(problem)
+    if problems := step_problems(value):
+        raise EnvReturnError("; ".join(problems))
     return value  # type: ignore[no-any-return]
 
 
-def reset_problem(value: Any) -> str | None:
-    """Why `value` is not what `reset` must return, `(observation, info)`, or None."""
+def reset_problems(value: Any) -> list[str]:
+    """What is wrong with `value` as what `reset` returns, `(observation, info)`."""
     if not (isinstance(value, tuple) and len(value) == 2):
-        shape = f"a {len(value)}-tuple" if isinstance(value, tuple) else type(value).__name__
-        return f"reset must return (observation, info), got {shape}"
+        return [f"reset must return (observation, info), got {_shape(value)}"]
     observation, info = value
-    return observation_problem("reset", observation) or info_problem("reset", info)
+    found = [observation_problem("reset", observation), info_problem("reset", info)]
+    return [p for p in found if p]
 
 
-def step_problem(value: Any) -> str | None:
-    """Why `value` is not what `step` must return, an `agenthub.Step`, or None."""
+def step_problems(value: Any) -> list[str]:
+    """What is wrong with `value` as what `step` returns, an `agenthub.Step`."""
     if not isinstance(value, Step):
-        shape = f"a {len(value)}-tuple" if isinstance(value, tuple) else type(value).__name__
-        return (
-            f"step must return agenthub.Step(observation, reward, terminated, truncated, info), "
-            f"got {shape}"
-        )
-    if problem := observation_problem("step", value.observation) or info_problem(
-        "step", value.info
-    ):
-        return problem
+        return [
+            "step must return agenthub.Step(observation, reward, terminated, truncated, info), "
+            f"got {_shape(value)}"
+        ]
+    found = [observation_problem("step", value.observation), info_problem("step", value.info)]
     for flag in ("terminated", "truncated"):
         if not isinstance(getattr(value, flag), bool):
-            return f"Step.{flag} must be a bool, got {getattr(value, flag)!r}"
+            found.append(f"Step.{flag} must be a bool, got {getattr(value, flag)!r}")
     if value.score is not None and not finite(value.score):
-        return f"Step.score must be a finite float or None, got {value.score!r}"
+        found.append(f"Step.score must be a finite float or None, got {value.score!r}")
     if not isinstance(value.extra_logs, Mapping):
-        return f"Step.extra_logs must be a dict, got {type(value.extra_logs).__name__}"
-    if bad := {k: v for k, v in value.extra_logs.items() if not finite(v)}:
-        return f"Step.extra_logs values must be finite numbers, got {bad!r}"
-    return None
+        found.append(f"Step.extra_logs must be a dict, got {type(value.extra_logs).__name__}")
+    elif bad := {k: v for k, v in value.extra_logs.items() if not finite(v)}:
+        found.append(f"Step.extra_logs values must be finite numbers, got {bad!r}")
+    return [p for p in found if p]
 
 
 def observation_problem(where: str, observation: Any) -> str | None:
@@ -67,12 +63,13 @@ def observation_problem(where: str, observation: Any) -> str | None:
     if isinstance(observation, str):
         return None
     if isinstance(observation, list):
-        wrong = [m for m in observation if not isinstance(m, Message)]
-        if not wrong:
+        strays = sorted({type(m).__name__ for m in observation if not isinstance(m, Message)})
+        if not strays:
             return None
         return (
-            f"{where} returned an observation list holding {type(wrong[0]).__name__} "
-            f"{wrong[0]!r:.60}; each item must be an agenthub.Message(role=..., content=...)"
+            f"{where} returned an observation that is a list of {' and '.join(strays)}; it "
+            "must be a str or a list of agenthub.Message: wrap each item as "
+            "agenthub.Message(role=..., content=...)"
         )
     return (
         f"{where} returned an observation of type {type(observation).__name__}; it must be a "
@@ -90,3 +87,7 @@ def info_problem(where: str, info: Any) -> str | None:
 def finite(value: Any) -> bool:
     """A finite int or float (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shape(value: Any) -> str:
+    return f"a {len(value)}-tuple" if isinstance(value, tuple) else type(value).__name__

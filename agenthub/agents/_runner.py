@@ -15,7 +15,7 @@ import anyio
 from agenthub._env import Env
 from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._registry import make
-from agenthub._returns import reset_problem, step_problem
+from agenthub._returns import reset_problems, step_problems
 from agenthub._spec import EnvSpec
 from agenthub._types import Step, Task
 from agenthub.agents._chat import ChatTokenizer
@@ -71,10 +71,10 @@ async def _bounded(
     raise _Failed(failure, f"{what} took longer than {limit_s} s")
 
 
-def _check(problem: str | None) -> None:
+def _check(problems: list[str]) -> None:
     """An env that returns the wrong thing fails its episode, like one that raises."""
-    if problem is not None:
-        raise _Failed("env_error", problem)
+    if problems:
+        raise _Failed("env_error", "; ".join(problems))
 
 
 def _derive_seed(base: int, task_id: str, sample: int, turn: int = -1) -> int:
@@ -210,7 +210,7 @@ class EpisodeRunner:
         config = self.config
         seed = None if config.seed is None else _derive_seed(config.seed, task.id, sample)
         reset = await self._env_call(state, "reset", lambda: env.reset(task, seed=seed))
-        _check(reset_problem(reset))
+        _check(reset_problems(reset))
         observation, _ = reset
         session = Session.start(
             self.chat,
@@ -232,7 +232,7 @@ class EpisodeRunner:
             action = session.add_generation(generation)
             state.turns += 1
             step = await self._env_call(state, "step", partial(env.step, action))
-            _check(step_problem(step))
+            _check(step_problems(step))
             self._record(step, state)
             if step.terminated or step.truncated:
                 state.terminated, state.truncated = step.terminated, step.truncated

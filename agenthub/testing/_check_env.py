@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-import math
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ import anyio
 from agenthub._env import Env
 from agenthub._errors import CheckEnvError, NoTaskSourceError
 from agenthub._registry import make
+from agenthub._returns import reset_problems, step_problems
 from agenthub._spec import EnvSpec
-from agenthub._types import Message, Step, Task
+from agenthub._types import Task
 
 DEFAULT_ACTIONS: tuple[str, ...] = (
     "",
@@ -282,54 +282,18 @@ class _Checker:
         return None
 
     def check_reset(self, value: Any) -> bool:
-        if not (isinstance(value, tuple) and len(value) == 2):
-            self.fail(f"reset must return (observation, info), got {type(value).__name__}")
-            return False
-        observation, info = value
-        return self.check_observation("reset", observation) and self.check_info("reset", info)
+        problems = reset_problems(value)
+        for problem in problems:
+            self.fail(problem)
+        return not problems and self.check_json_info("reset", value[1])
 
     def check_step(self, value: Any) -> bool:
-        if not isinstance(value, Step):
-            self.fail(f"step must return agenthub.Step, got {type(value).__name__}")
-            return False
-        good = self.check_observation("step", value.observation)
-        good &= self.check_info("step", value.info)
-        for flag in ("terminated", "truncated"):
-            if not isinstance(getattr(value, flag), bool):
-                self.fail(f"Step.{flag} must be a bool, got {getattr(value, flag)!r}")
-                good = False
-        if value.score is not None and not _finite(value.score):
-            self.fail(f"Step.score must be a finite float or None, got {value.score!r}")
-            good = False
-        bad_logs = {k: v for k, v in value.extra_logs.items() if not _finite(v)}
-        if bad_logs:
-            self.fail(f"Step.extra_logs values must be finite numbers, got {bad_logs!r}")
-            good = False
-        return good
+        problems = step_problems(value)
+        for problem in problems:
+            self.fail(problem)
+        return not problems and self.check_json_info("step", value.info)
 
-    def check_observation(self, where: str, observation: Any) -> bool:
-        if isinstance(observation, str):
-            return True
-        if isinstance(observation, list):
-            strays = sorted({type(m).__name__ for m in observation if not isinstance(m, Message)})
-            if not strays:
-                return True
-            self.fail(
-                f"{where} returned an observation that is a list of {' and '.join(strays)}; it "
-                "must be a str or a list of agenthub.Message: wrap each item as "
-                "agenthub.Message(role=..., content=...)"
-            )
-            return False
-        self.fail(
-            f"{where} returned an observation of type {type(observation).__name__}; it must be "
-            "a list of agenthub.Message or a str"
-        )
-        return False
-
-    def check_info(self, where: str, info: Any) -> bool:
-        if not isinstance(info, Mapping):
-            self.fail(f"{where} info must be a dict, got {type(info).__name__}")
-            return False
+    def check_json_info(self, where: str, info: Mapping[str, Any]) -> bool:
         try:
             json.dumps(dict(info))
         except (TypeError, ValueError) as exc:
@@ -366,10 +330,6 @@ def _answer(task: Task) -> str | None:
     if isinstance(reference, str):
         return reference
     return task.label if isinstance(task.label, str) else None
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _first_difference(a: list[_Turn], b: list[_Turn]) -> str:

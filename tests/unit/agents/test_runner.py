@@ -128,7 +128,7 @@ async def test_env_failures_are_typed_errors_and_siblings_finish(chat: ChatToken
     [
         ("reset_obs_only", "reset must return (observation, info), got list"),
         ("step_tuple", "step must return agenthub.Step(observation, reward, terminated, "),
-        ("step_dicts", "observation list holding dict"),
+        ("step_dicts", "observation that is a list of dict"),
         ("step_int_flag", "Step.terminated must be a bool, got 1"),
     ],
 )
