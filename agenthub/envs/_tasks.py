@@ -7,9 +7,22 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agenthub._errors import TaskFileError
+from agenthub._errors import NoTaskSourceError, TaskFileError
 from agenthub._types import Message, Task
 from agenthub.envs._files import read_jsonl_records
+
+
+def no_dataset_for(env: object, split: str) -> NoTaskSourceError:
+    """What a built-in env given `dataset=`/`eval_dataset=` files raises for a split it got no
+    file for: falling back to its generated tasks would score them in the file's place."""
+    if split == "held_out":
+        way = "pass eval_dataset=FILE too, or evaluate its 'train' split (--split train)"
+    else:
+        way = f"pass dataset=FILE for {split!r} too"
+    return NoTaskSourceError(
+        f"{type(env).__name__} was given a task file for another split but none for "
+        f"{split!r}: {way}"
+    )
 
 
 def render_plain(task: Task) -> str:
@@ -27,8 +40,11 @@ def read_jsonl_tasks(
     for where, default_id, record in read_jsonl_records(path):
         if input_key not in record:
             raise TaskFileError(
-                f"{where} has no {input_key!r} field (it has {sorted(record)}); "
-                "choose the prompt field with input_key=..."
+                f"{where} has no {input_key!r} field (it has {sorted(record)}). A task file "
+                'holds one {"prompt": ..., "label": ...} object per line (in Python, '
+                "read_jsonl_tasks(input_key=...) reads another field); a dataset in a built-in "
+                "env's own format (GSM8K, MATH, MBPP, HumanEval) goes in its dataset=FILE or "
+                "eval_dataset=FILE argument instead"
             )
         prompt = record.pop(input_key)
         label = record.pop(label_key, None) if label_key else None

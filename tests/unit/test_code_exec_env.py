@@ -367,3 +367,9 @@ def test_tasks_come_from_files_when_given(fixtures: Path) -> None:
     )
     assert len(list(env.tasks("train"))) == 2
     assert len(list(env.tasks("held_out"))) == 2
+    # A file for one split only: the other is not the generated tasks, silently.
+    only_train = agenthub.make(
+        "code_exec", backend="unisolated", dataset=str(fixtures / "code_mbpp.jsonl")
+    )
+    with pytest.raises(agenthub.NoTaskSourceError, match="pass eval_dataset=FILE too"):
+        only_train.tasks("held_out")

@@ -90,7 +90,9 @@ def test_gsm8k_and_math_files_load_with_their_gold_answers(fixtures: Path) -> No
     assert problems[0].metadata["level"] == "Level 1" and problems[1].id == "interval-1"
     env = make("math", dataset=str(fixtures / "gsm8k.jsonl"))
     assert len(list(env.tasks("train"))) == 2
-    with pytest.raises(NoTaskSourceError):
+    with pytest.raises(
+        NoTaskSourceError, match="eval_dataset=FILE too, or evaluate its .train. split"
+    ):
         env.tasks("held_out")
 
 

@@ -111,7 +111,7 @@ def test_tasks_come_from_jsonl_with_ids_labels_and_metadata(fixtures: Path) -> N
     tasks = list(env.tasks("train"))
     assert [t.id for t in tasks] == ["t1", "t2", "tasks-3"]
     assert tasks[1].metadata == {"source": "geo"} and tasks[1].label == "Paris"
-    with pytest.raises(Exception, match="no built-in tasks for split 'held_out'"):
+    with pytest.raises(Exception, match="pass eval_dataset=FILE too"):
         list(env.tasks("held_out"))
 
 

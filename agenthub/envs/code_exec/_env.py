@@ -5,6 +5,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
+from agenthub.envs._tasks import no_dataset_for
 from agenthub.envs.code_exec._extract import extract_code
 from agenthub.envs.code_exec._formats import read_code_tasks
 from agenthub.envs.code_exec._generator import generate_tasks
@@ -74,6 +75,8 @@ class CodeExecEnv(Env[list[Message]]):
         path = self._datasets.get(split)
         if path is not None:
             return read_code_tasks(path, format=self._task_format)
+        if any(self._datasets.values()):
+            raise no_dataset_for(self, split)
         return generate_tasks(split, self._num_tasks, seed=self._task_seed)
 
     async def reset(

@@ -7,7 +7,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
 from agenthub.envs._http import HttpPolicy
-from agenthub.envs._tasks import read_jsonl_tasks
+from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks
 from agenthub.envs.judge._llm import DEFAULT_RUBRIC, LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
 
@@ -102,6 +102,8 @@ class JudgeEnv(Env[list[Message]]):
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
         path = self._datasets.get(split)
+        if path is None and any(self._datasets.values()):
+            raise no_dataset_for(self, split)
         if path is None:
             return super().tasks(split)
         return read_jsonl_tasks(path, input_key=self._input_key, label_key=self._label_key)

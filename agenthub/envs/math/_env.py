@@ -5,6 +5,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
+from agenthub.envs._tasks import no_dataset_for
 from agenthub.envs.math._datasets import read_math_jsonl
 from agenthub.envs.math._generator import INSTRUCTION, generate_tasks
 from agenthub.envs.math._pool import default_pool
@@ -59,7 +60,7 @@ class MathEnv(Env[list[Message]]):
         if path is not None:
             return read_math_jsonl(path)
         if any(self._datasets.values()):
-            return super().tasks(split)
+            raise no_dataset_for(self, split)
         return generate_tasks(split, num_tasks=self._num_tasks, seed=self._seed)
 
     async def reset(

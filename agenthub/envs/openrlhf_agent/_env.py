@@ -10,7 +10,7 @@ from agenthub._env import Env
 from agenthub._errors import AgentFuncError
 from agenthub._types import Step, Task
 from agenthub.envs._files import import_user_file
-from agenthub.envs._tasks import read_jsonl_tasks, render_plain
+from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain
 from agenthub.envs.openrlhf_agent import _compat
 from agenthub.envs.openrlhf_agent._loop import LoopThread
 from agenthub.envs.reward_func._output import parse_reward_output
@@ -105,6 +105,8 @@ class OpenRLHFAgentEnv(Env[str]):
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
         path = self._datasets.get(split)
+        if path is None and any(self._datasets.values()):
+            raise no_dataset_for(self, split)
         if path is None:
             return super().tasks(split)
         return read_jsonl_tasks(path, input_key=self._keys[0], label_key=self._keys[1])

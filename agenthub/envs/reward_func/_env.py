@@ -5,7 +5,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Observation, Step, Task
-from agenthub.envs._tasks import read_jsonl_tasks, render_plain
+from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain
 from agenthub.envs.reward_func._function import RewardFunction, load_reward_func
 from agenthub.envs.reward_func._output import RewardOutput
 from agenthub.envs.reward_func._remote import RemoteRewardModel
@@ -65,6 +65,8 @@ class RewardFuncEnv(Env[Observation]):
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
         path = self._datasets.get(split)
+        if path is None and any(self._datasets.values()):
+            raise no_dataset_for(self, split)
         if path is None:
             return super().tasks(split)
         return read_jsonl_tasks(path, input_key=self._input_key, label_key=self._label_key)
