@@ -6,13 +6,16 @@ only, and an environment's module is imported by `make` (or by `load_entry_point
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import typing
 from collections.abc import Callable
+from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from pydantic import JsonValue, TypeAdapter, ValidationError
+from pydantic import ConfigDict, JsonValue, TypeAdapter, ValidationError
 
 from agenthub._env import Env
 from agenthub._errors import (
@@ -23,6 +26,8 @@ from agenthub._errors import (
     PluginLoadError,
 )
 from agenthub._spec import EnvSpec
+
+_ANY_TYPES = ConfigDict(arbitrary_types_allowed=True)
 
 __all__ = ["ENTRY_POINT_GROUP", "list_envs", "load_entry_point", "make", "register", "spec"]
 
@@ -150,6 +155,7 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     base = id if isinstance(id, EnvSpec) else spec(id)
     factory = load_entry_point(base)
     arguments = {**base.kwargs, **kwargs}
+    _check_argument_types(base, factory, arguments)
     try:
         env = factory(**arguments)
     except AgentHubError:
@@ -173,6 +179,45 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     except ValidationError:
         env.spec = None
     return env
+
+
+def _check_argument_types(
+    spec: EnvSpec, factory: Callable[..., Any], arguments: dict[str, Any]
+) -> None:
+    """Arguments against the constructor's annotations, so `max_attempts=abc` from a command
+    line is named as the wrong argument instead of failing deep inside the env ("'<' not
+    supported between instances of 'str' and 'int'"). Lax, as pydantic coerces: only what
+    cannot be the annotated type is refused."""
+    adapters = _argument_adapters(factory)
+    for name, value in arguments.items():
+        adapter = adapters.get(name)
+        if adapter is None:
+            continue
+        try:
+            adapter.validate_python(value)
+        except ValidationError as exc:
+            hint = adapter._type
+            expected = hint.__name__ if isinstance(hint, type) else str(hint)
+            raise EnvArgumentsError(
+                f"{_describe(spec)}: argument {name}={value!r} must be {expected}: "
+                f"{exc.errors()[0]['msg'].lower()}"
+            ) from exc
+
+
+@cache
+def _argument_adapters(factory: Callable[..., Any]) -> dict[str, TypeAdapter[Any]]:
+    target = factory.__init__ if isinstance(factory, type) else factory  # type: ignore[misc]
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # annotations that do not resolve: nothing to check against
+        return {}
+    adapters: dict[str, TypeAdapter[Any]] = {}
+    for name, hint in hints.items():
+        if name == "return":
+            continue
+        with contextlib.suppress(Exception):  # a type pydantic cannot check: left to the env
+            adapters[name] = TypeAdapter(hint, config=_ANY_TYPES)
+    return adapters
 
 
 def _require_coroutines(spec: EnvSpec, env: Env[Any]) -> None:

@@ -102,6 +102,17 @@ def test_wrong_arguments_name_the_env() -> None:
         make("countdown", colour="red")  # still what the constructor raised, for old callers
 
 
+def test_an_argument_of_the_wrong_type_is_named_before_the_env_is_built() -> None:
+    register("countdown", "tests.unit._envs:CountdownEnv")
+    with pytest.raises(EnvArgumentsError, match=r"argument delay_s='abc' must be float: input"):
+        make("countdown", delay_s="abc")  # as `agenthub eval ... delay_s=abc` passes it
+    assert make("countdown", delay_s=1).delay_s == 1  # what pydantic would take, passes as is
+    sandbox = make("code_exec", backend="unisolated").sandbox  # type: ignore[attr-defined]
+    assert make("code_exec", sandbox=sandbox).spec is None  # a non-JSON type of its own
+    with pytest.raises(EnvArgumentsError, match="argument sandbox='box' must be"):
+        make("code_exec", sandbox="box")
+
+
 @pytest.mark.parametrize("error", ["RuntimeError", "FileNotFoundError"])
 def test_a_failing_constructor_is_an_error_naming_the_env_and_the_cause(error: str) -> None:
     register("needs-data", "tests.unit._envs:factory_raising", error=error)
