@@ -4,10 +4,18 @@ import argparse
 import json
 from typing import Any
 
+import anyio
 from rich.console import Console
 from rich.table import Table
 
-from agenthub._errors import AgentHubError, CheckEnvError, PluginLoadError, TaskFileError
+from agenthub._env import Env
+from agenthub._errors import (
+    AgentHubError,
+    CheckEnvError,
+    NoTaskSourceError,
+    PluginLoadError,
+    TaskFileError,
+)
 from agenthub._registry import list_envs, load_entry_point, make, spec
 
 
@@ -69,11 +77,20 @@ def check_command(args: argparse.Namespace) -> int:
     from agenthub.testing import check_env
 
     env = make(args.env_id, **parse_kwargs(args.kwargs))
-    tasks = list(read_jsonl_tasks(args.tasks))[:2] if args.tasks else None
-    if tasks == []:
-        raise TaskFileError(
-            f"no tasks to check: task file {args.tasks} holds none; give one JSON task per line"
-        )
+    try:
+        tasks = list(read_jsonl_tasks(args.tasks))[:2] if args.tasks else None
+        if tasks == []:
+            raise TaskFileError(
+                f"no tasks to check: task file {args.tasks} holds none; give one JSON task per line"
+            )
+        if tasks is None and not _has_own_tasks(env):
+            raise AgentHubError(
+                f"{args.env_id} has no tasks of its own to check with: pass --tasks FILE (one "
+                '{"prompt": ..., "label": ...} per line), or the env\'s dataset=FILE argument'
+            )
+    except BaseException:
+        anyio.run(env.aclose)
+        raise
     console = Console(stderr=True)
     try:
         check_env(env, tasks=tasks)
@@ -82,3 +99,11 @@ def check_command(args: argparse.Namespace) -> int:
         return 1
     console.print(f"[green]OK[/green] {args.env_id} keeps the agenthub Env contract")
     return 0
+
+
+def _has_own_tasks(env: Env[Any]) -> bool:
+    try:
+        env.tasks("train")
+    except NoTaskSourceError:
+        return False
+    return True

@@ -178,6 +178,20 @@ def test_an_error_raised_on_purpose_in_a_ray_actor_reads_as_itself() -> None:
     assert error_message(cause) == str(cause)
 
 
+def test_envs_check_of_an_env_without_tasks_asks_for_a_task_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def reward_func(queries, prompts, labels):\n    return [0.0] * len(queries)\n"
+    )
+    assert main(["envs", "check", "reward_func", f"reward_func={reward}"]) == 1
+    assert "has no tasks of its own to check with: pass --tasks FILE" in capsys.readouterr().err
+    (tmp_path / "tasks.jsonl").write_text('{"prompt": "Say hi", "label": "hi"}\n')
+    check = ["envs", "check", "reward_func", f"reward_func={reward}"]
+    assert main([*check, "--tasks", str(tmp_path / "tasks.jsonl")]) == 0
+
+
 def test_bad_key_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["envs", "check", "reward_func", "oops"]) == 1
     assert "must look like KEY=VALUE" in capsys.readouterr().err
