@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="KEY=VALUE",
         help="config overrides with dotted keys, e.g. learner.lr=3e-4 rollout.temperature=0.8 "
-        "env_kwargs.turn_limit=2 (values are JSON when they parse)",
+        "env_kwargs.num_tasks=200 (values are JSON when they parse)",
     )
     parser.add_argument(
         "--config",

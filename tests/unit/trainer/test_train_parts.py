@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,24 @@ def test_overrides_may_stand_anywhere_on_the_command_line(
     with pytest.raises(SystemExit):
         main([*argv, "--no-such-flag"])
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env_id", "needs"),
+    [("math", []), ("code_exec", ['env_kwargs.backend="unisolated"'])],
+)
+def test_the_env_kwargs_example_in_train_help_builds_the_builtin_envs(
+    env_id: str, needs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agenthub import make
+    from agenthub.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    examples = re.findall(r"env_kwargs\.\S+=\S+", capsys.readouterr().out)
+    assert examples, "the help shows how to give the env an argument"
+    config = load_config([], [f"env={env_id}", *examples, *needs])
+    asyncio.run(make(config.env, **config.env_kwargs).aclose())
 
 
 # -- admission ---------------------------------------------------------------------------
