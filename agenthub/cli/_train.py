@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="KEY=VALUE",
         help="config overrides with dotted keys, e.g. learner.lr=3e-4 rollout.temperature=0.8 "
-        "env_kwargs.turn_limit=2 (values are JSON when they parse)",
+        "env_kwargs.num_tasks=200 (values are JSON when they parse)",
     )
     parser.add_argument(
         "--config",
@@ -88,6 +88,15 @@ def train_command(args: argparse.Namespace) -> int:
     out = out or Path(f"runs/train-{config.env}")
     if args.print_config:
         print(config.model_dump_json(indent=2))
+        return 0
+    if args.resume and (done := RunDirectory(out).checkpointed_step()) >= config.run.max_steps:
+        # Said before Ray and the learner spend half a minute starting only to stop again.
+        print(
+            f"agenthub train: the run in {out} is complete at step {done} of "
+            f"max_steps={config.run.max_steps}; to train further, run agenthub train --out {out} "
+            f"--resume --steps M with M above {done}",
+            file=sys.stderr,
+        )
         return 0
     return _run(config, out, args.resume)
 

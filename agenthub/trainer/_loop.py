@@ -55,6 +55,11 @@ class RunDirectory:
         file = self.checkpoints / STATE
         return json.loads(file.read_text(encoding="utf-8")) if file.exists() else None
 
+    def checkpointed_step(self) -> int:
+        """The step of the newest complete checkpoint; 0 before the first."""
+        state = self.state()
+        return int(state["step"]) if state else 0
+
     def write_config(self, config: TrainConfig) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.path / CONFIG, config.model_dump_json(indent=2) + "\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,24 @@ def test_overrides_may_stand_anywhere_on_the_command_line(
     with pytest.raises(SystemExit):
         main([*argv, "--no-such-flag"])
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env_id", "needs"),
+    [("math", []), ("code_exec", ['env_kwargs.backend="unisolated"'])],
+)
+def test_the_env_kwargs_example_in_train_help_builds_the_builtin_envs(
+    env_id: str, needs: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agenthub import make
+    from agenthub.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    examples = re.findall(r"env_kwargs\.\S+=\S+", capsys.readouterr().out)
+    assert examples, "the help shows how to give the env an argument"
+    config = load_config([], [f"env={env_id}", *examples, *needs])
+    asyncio.run(make(config.env, **config.env_kwargs).aclose())
 
 
 # -- admission ---------------------------------------------------------------------------
@@ -317,6 +336,34 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_pa
     assert "no checkpoint yet" in said[0] and "starting it again from step 0" in said[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"], "its old logs are gone"
     assert RunDirectory(tmp_path).saved_config() == json.loads(config.model_dump_json())
+
+
+def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    from agenthub.cli import main
+
+    # No model there: a run that did start would fail on it, after touching the directory.
+    model = tmp_path / "no-model"
+    run = RunDirectory(tmp_path / "run")
+    run.write_config(load_config([], ["env=math", "run.max_steps=2", f"model={model}"]))
+    run.checkpoints.mkdir()
+    run.write_state({"step": 2, "tag": "step-2", "tasks_drawn": [8], "elapsed_s": 30.0}, keep=2)
+    (run.path / "metrics.jsonl").write_text('{"step": 2, "train/reward": 0.5}\n')
+    before = {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
+
+    assert main(["train", "--out", str(run.path), "--resume"]) == 0
+    said = capsys.readouterr().err
+    assert len(said.splitlines()) == 1 and "complete at step 2 of max_steps=2" in said
+    assert f"agenthub train --out {run.path} --resume --steps M with M above 2" in said
+    assert {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()} == before
+    assert not ray.is_initialized()
+
+    # Given more steps, it goes on (here as far as the missing model).
+    assert main(["train", "--out", str(run.path), "--resume", "--steps", "5"]) == 1
+    assert f"--model {model}: no config.json there" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
