@@ -230,3 +230,26 @@ def test_scaffold_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["env", "init", "game", "--dir", str(tmp_path)]) == 1
     assert "already exists and is not empty" in capsys.readouterr().err
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{tmp}/gone.py"], "FILE {tmp}/gone.py does not exist"),
+        (["{tmp}"], "FILE {tmp} is a directory"),
+        (["{tmp}/latin1.py"], "FILE {tmp}/latin1.py is not UTF-8 text"),
+        (["--stdin", "{tmp}/gone.txt", "{tmp}/prog.py"], "--stdin {tmp}/gone.txt does not exist"),
+        (["--stdin", "{tmp}", "{tmp}/prog.py"], "--stdin {tmp} is a directory"),
+    ],
+)
+def test_sandbox_run_names_a_file_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    (tmp_path / "prog.py").write_text("print(input())\n")
+    (tmp_path / "latin1.py").write_bytes(b"print('caf\xe9')\n")
+    code = main(
+        ["sandbox", "run", "--backend", "unisolated", *(a.format(tmp=tmp_path) for a in args)]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("agenthub: error: ") and err.count("\n") == 1, err
+    assert message.format(tmp=tmp_path) in err
