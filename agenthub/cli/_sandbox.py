@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -53,6 +54,10 @@ def run_command(args: argparse.Namespace) -> int:
 
     from agenthub.sandbox import Limits, open_sandbox
 
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise AgentHubError(f"--timeout {args.timeout:g}: give a finite number of seconds above 0")
+    if args.memory_mb <= 0:
+        raise AgentHubError(f"--memory-mb {args.memory_mb}: give a positive number of MiB")
     raw = _read(args.file, "FILE")
     try:
         code = raw.decode("utf-8")

@@ -253,3 +253,23 @@ def test_sandbox_run_names_a_file_it_cannot_read(
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("agenthub: error: ") and err.count("\n") == 1, err
     assert message.format(tmp=tmp_path) in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--timeout", "0"], "--timeout 0: give a finite number of seconds above 0"),
+        (["--timeout", "-1"], "--timeout -1: give a finite number"),
+        (["--timeout", "nan"], "--timeout nan: give a finite number"),
+        (["--timeout", "inf"], "--timeout inf: give a finite number"),
+        (["--memory-mb", "0"], "--memory-mb 0: give a positive number of MiB"),
+    ],
+)
+def test_sandbox_run_names_a_limit_that_is_not_positive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    (tmp_path / "prog.py").write_text("print('hi')\n")
+    code = main(["sandbox", "run", "--backend", "unisolated", *args, str(tmp_path / "prog.py")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("agenthub: error: ") and err.count("\n") == 1, err
+    assert message in err
