@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from agenthub._errors import AgentHubError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve_rm_command(args: argparse.Namespace) -> int:
+    check_arguments(args)
     import uvicorn
 
     from agenthub.envs.judge._rm_server import Scorer, SequenceClassifierScorer, build_app
@@ -44,3 +48,12 @@ def serve_rm_command(args: argparse.Namespace) -> int:
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Mistakes in the command line, found before a model is loaded (which takes a while)."""
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        raise AgentHubError(
+            f"--model {args.model}: no config.json there; give a local Hugging Face "
+            "sequence-classification model directory"
+        )

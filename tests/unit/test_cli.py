@@ -273,3 +273,15 @@ def test_sandbox_run_names_a_limit_that_is_not_positive(
     err = capsys.readouterr().err
     assert code == 1 and err.startswith("agenthub: error: ") and err.count("\n") == 1, err
     assert message in err
+
+
+def test_serve_rm_names_a_model_directory_without_a_model_before_loading_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for model in (str(tmp_path / "nodir"), str(tmp_path)):
+        assert main(["serve-rm", "--model", model, "--device", "cpu"]) == 1
+        err = capsys.readouterr().err
+        assert err == (
+            f"agenthub: error: --model {model}: no config.json there; give a local Hugging Face "
+            "sequence-classification model directory\n"
+        )
