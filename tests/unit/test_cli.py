@@ -285,3 +285,21 @@ def test_serve_rm_names_a_model_directory_without_a_model_before_loading_it(
             f"agenthub: error: --model {model}: no config.json there; give a local Hugging Face "
             "sequence-classification model directory\n"
         )
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("cpu", "holds no loadable sequence-classification model and tokenizer: "),
+        ("bogus", "device 'bogus' is not a torch one; use cpu, cuda or cuda:N"),
+    ],
+)
+def test_serve_rm_says_in_one_line_why_a_model_cannot_be_served(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], device: str, message: str
+) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["serve-rm", "--model", str(tmp_path), "--device", device]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("agenthub: error: ") and err.count("\n") == 1, err
+    assert message in err

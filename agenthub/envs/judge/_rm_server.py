@@ -196,8 +196,23 @@ class SequenceClassifierScorer:
                 f"serving a model needs torch and transformers ({exc}); install agenthub[train]"
             ) from exc
         self._torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path).to(device).eval()
+        try:
+            kind = torch.device(device).type
+        except RuntimeError:
+            raise AgentHubError(
+                f"device {device!r} is not a torch one; use cpu, cuda or cuda:N"
+            ) from None
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise AgentHubError(f"device {device!r}: torch sees no CUDA GPU here; use cpu")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForSequenceClassification.from_pretrained(path)
+        except (OSError, ValueError) as exc:  # transformers' word for a directory it cannot use
+            reason = " ".join(str(exc).split())  # one line, as the CLI prints it
+            raise AgentHubError(
+                f"{path} holds no loadable sequence-classification model and tokenizer: {reason}"
+            ) from exc
+        self.model = model.to(device).eval()
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.device = device
