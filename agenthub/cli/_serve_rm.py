@@ -52,6 +52,14 @@ def serve_rm_command(args: argparse.Namespace) -> int:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Mistakes in the command line, found before a model is loaded (which takes a while)."""
+    if not 1 <= args.port <= 65535:  # uvicorn would hang on it without a word
+        raise AgentHubError(f"--port {args.port}: give a port from 1 to 65535")
+    for flag, value in (
+        ("--max-batch-size", args.max_batch_size),
+        ("--max-length", args.max_length),
+    ):
+        if value < 1:
+            raise AgentHubError(f"{flag} {value}: give a number of at least 1")
     if args.model and not (Path(args.model) / "config.json").is_file():
         raise AgentHubError(
             f"--model {args.model}: no config.json there; give a local Hugging Face "

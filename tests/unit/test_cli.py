@@ -303,3 +303,20 @@ def test_serve_rm_says_in_one_line_why_a_model_cannot_be_served(
     err = capsys.readouterr().err
     assert err.startswith("agenthub: error: ") and err.count("\n") == 1, err
     assert message in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "99999"], "--port 99999: give a port from 1 to 65535"),
+        (["--port", "0"], "--port 0: give a port from 1 to 65535"),
+        (["--max-batch-size", "0"], "--max-batch-size 0: give a number of at least 1"),
+        (["--max-length", "-5"], "--max-length -5: give a number of at least 1"),
+    ],
+)
+def test_serve_rm_rejects_option_values_it_cannot_serve_with(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    reward = str(REPO / "tests" / "fixtures" / "reward_plain.py")
+    assert main(["serve-rm", "--reward-func", reward, *args]) == 1
+    assert capsys.readouterr().err == f"agenthub: error: {message}\n"
