@@ -23,8 +23,10 @@ def load_reward_func(path: str | Path) -> RewardFunction:
     The file is imported once per process (again if it changes on disk).
     """
     path = Path(path).expanduser().resolve()
-    if not path.is_file():
+    if not path.exists():
         raise RewardFuncError(f"reward function file {path} does not exist")
+    if not path.is_file():
+        raise RewardFuncError(f"reward function file {path} is not a regular file; give a .py file")
     key = (path, path.stat().st_mtime_ns)
     with _load_lock:
         if key not in _loaded:
