@@ -79,7 +79,8 @@ def test_reward_function_is_served_over_the_openrlhf_protocol(plain_server: str)
     [
         ("not json", 400, "not JSON"),
         ('["a"]', 422, "JSON object"),
-        ("{}", 422, "JSON object"),
+        ("{}", 422, "missing field 'query'"),
+        ('{"quer": ["a"]}', 422, r"missing field 'query' \(fields sent: 'quer'\)"),
         ('{"query": []}', 422, "empty"),
         ('{"query": [1, 2]}', 422, "list of strings"),
         ('{"query": ["a", "b"], "prompts": ["a"]}', 422, r"'prompts' .* \(2\), got 1 items"),

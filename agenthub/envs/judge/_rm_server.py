@@ -33,16 +33,29 @@ class BadRequest(ValueError):
     """A request body that does not follow the protocol."""
 
 
+_SHAPE = '{"query": [...], "prompts"?: [...], "labels"?: [...]}'
+# What a JSON body that is no object parses to, in JSON's words.
+_JSON_KINDS: dict[type, str] = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
+
+
 def parse_request(raw: bytes) -> tuple[list[str], list[str], list[Any]]:
     """The (queries, prompts, labels) of a `/get_reward` body; raises `BadRequest`."""
     try:
         body = json.loads(raw)
     except ValueError as exc:
         raise BadRequest(f"the body is not JSON ({exc})") from None
-    if not isinstance(body, dict) or "query" not in body:
-        raise BadRequest(
-            'the body must be a JSON object {"query": [...], "prompts"?: [...], "labels"?: [...]}'
-        )
+    if not isinstance(body, dict):
+        raise BadRequest(f"the body must be a JSON object {_SHAPE}, not {_JSON_KINDS[type(body)]}")
+    if "query" not in body:
+        sent = ", ".join(repr(k) for k in body) or "none"
+        raise BadRequest(f"missing field 'query' (fields sent: {sent}); send {_SHAPE}")
     queries = body["query"]
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise BadRequest("'query' must be a list of strings")
