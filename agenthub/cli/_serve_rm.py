@@ -31,15 +31,19 @@ def serve_rm_command(args: argparse.Namespace) -> int:
     from agenthub.envs.reward_func import load_reward_func
 
     scorer: Scorer
+    needs_labels = False
     if args.reward_func:
-        scorer = load_reward_func(args.reward_func)
+        function = load_reward_func(args.reward_func)
+        scorer, needs_labels = function, function.takes_labels
         name = f"reward function {args.reward_func}"
     else:
         scorer = SequenceClassifierScorer(
             args.model, device=args.device, max_length=args.max_length
         )
         name = f"sequence-classification model {args.model}"
-    app = build_app(scorer, name=name, max_batch_size=args.max_batch_size)
+    app = build_app(
+        scorer, name=name, max_batch_size=args.max_batch_size, needs_labels=needs_labels
+    )
     print(
         f"agenthub serve-rm: {name} on http://{args.host}:{args.port}/get_reward "
         "(GET /health); Ctrl-C stops",

@@ -45,8 +45,11 @@ _JSON_KINDS: dict[type, str] = {
 }
 
 
-def parse_request(raw: bytes) -> tuple[list[str], list[str], list[Any]]:
-    """The (queries, prompts, labels) of a `/get_reward` body; raises `BadRequest`."""
+def parse_request(
+    raw: bytes, *, needs_labels: bool = False
+) -> tuple[list[str], list[str], list[Any]]:
+    """The (queries, prompts, labels) of a `/get_reward` body; raises `BadRequest`. Labels may
+    be left out unless `needs_labels`: a scorer that reads them must not get None for each."""
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -65,6 +68,11 @@ def parse_request(raw: bytes) -> tuple[list[str], list[str], list[Any]]:
     columns: dict[str, list[Any]] = {}
     for name in ("prompts", "labels"):
         value = body.get(name)
+        if value is None and name == "labels" and needs_labels:
+            raise BadRequest(
+                f"missing field 'labels': this reward function takes labels; send one per "
+                f"query ({n})"
+            )
         if value is None:
             value = [""] * n if name == "prompts" else [None] * n
         if not isinstance(value, list) or len(value) != n:
@@ -148,13 +156,16 @@ def _slice(output: RewardOutput, lo: int, hi: int) -> RewardOutput:
     )
 
 
-def build_app(scorer: Scorer, *, name: str, max_batch_size: int = 64) -> Starlette:
-    """The Starlette app: `POST /get_reward` and `GET /health`."""
+def build_app(
+    scorer: Scorer, *, name: str, max_batch_size: int = 64, needs_labels: bool = False
+) -> Starlette:
+    """The Starlette app: `POST /get_reward` and `GET /health`. With `needs_labels`, a request
+    without labels is refused (422) instead of scoring None labels."""
     batcher = _Batcher(scorer, max_batch_size)
 
     async def get_reward(request: Request) -> JSONResponse:
         try:
-            samples = parse_request(await request.body())
+            samples = parse_request(await request.body(), needs_labels=needs_labels)
         except BadRequest as exc:
             status = 400 if "not JSON" in str(exc) else 422
             return JSONResponse({"detail": str(exc)}, status_code=status)

@@ -59,13 +59,13 @@ class RewardFunction:
 
     `queries` are prompt + response texts, `prompts` the rendered prompts, `labels` the tasks'
     labels. The older two-argument form `reward_func(queries, prompts)` is detected and called
-    without labels.
+    without labels; `takes_labels` says which form this is.
     """
 
     def __init__(self, func: Callable[..., Any], *, name: str | None = None) -> None:
         self.func = func
         self.name = name or getattr(func, "__qualname__", repr(func))
-        self._with_labels = _takes_labels(func)
+        self.takes_labels = _takes_labels(func)
 
     def __call__(
         self,
@@ -76,7 +76,7 @@ class RewardFunction:
         sample_names: list[str] | None = None,
     ) -> RewardOutput:
         args: tuple[Any, ...] = (
-            (queries, prompts, labels) if self._with_labels else (queries, prompts)
+            (queries, prompts, labels) if self.takes_labels else (queries, prompts)
         )
         samples = sample_names or [_excerpt(q) for q in queries]
         try:
