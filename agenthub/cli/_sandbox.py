@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
+
+from agenthub._errors import AgentHubError
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,8 +54,19 @@ def run_command(args: argparse.Namespace) -> int:
 
     from agenthub.sandbox import Limits, open_sandbox
 
-    code = Path(args.file).read_text(encoding="utf-8")
-    stdin = Path(args.stdin).read_bytes() if args.stdin else b""
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise AgentHubError(f"--timeout {args.timeout:g}: give a finite number of seconds above 0")
+    if args.memory_mb <= 0:
+        raise AgentHubError(f"--memory-mb {args.memory_mb}: give a positive number of MiB")
+    raw = _read(args.file, "FILE")
+    try:
+        code = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentHubError(
+            f"FILE {args.file} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+            "give a Python source file"
+        ) from None
+    stdin = _read(args.stdin, "--stdin") if args.stdin else b""
     limits = Limits(timeout_s=args.timeout, memory_mb=args.memory_mb)
 
     async def run() -> int:
@@ -71,3 +85,15 @@ def run_command(args: argparse.Namespace) -> int:
         return 0 if result.ok else 1
 
     return anyio.run(run)
+
+
+def _read(path: str, what: str) -> bytes:
+    """A file named on the command line; pipes such as `/dev/stdin` are read like files."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise AgentHubError(f"{what} {path} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise AgentHubError(f"{what} {path} is a directory; give a file") from None
+    except OSError as exc:
+        raise AgentHubError(f"{what} {path} cannot be read ({exc.strerror})") from None

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+from agenthub._errors import AgentHubError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,21 +24,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve_rm_command(args: argparse.Namespace) -> int:
+    check_arguments(args)
     import uvicorn
 
     from agenthub.envs.judge._rm_server import Scorer, SequenceClassifierScorer, build_app
     from agenthub.envs.reward_func import load_reward_func
 
     scorer: Scorer
+    needs_labels = False
     if args.reward_func:
-        scorer = load_reward_func(args.reward_func)
+        function = load_reward_func(args.reward_func)
+        scorer, needs_labels = function, function.takes_labels
         name = f"reward function {args.reward_func}"
     else:
         scorer = SequenceClassifierScorer(
             args.model, device=args.device, max_length=args.max_length
         )
         name = f"sequence-classification model {args.model}"
-    app = build_app(scorer, name=name, max_batch_size=args.max_batch_size)
+    app = build_app(
+        scorer, name=name, max_batch_size=args.max_batch_size, needs_labels=needs_labels
+    )
     print(
         f"agenthub serve-rm: {name} on http://{args.host}:{args.port}/get_reward "
         "(GET /health); Ctrl-C stops",
@@ -44,3 +52,20 @@ def serve_rm_command(args: argparse.Namespace) -> int:
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Mistakes in the command line, found before a model is loaded (which takes a while)."""
+    if not 1 <= args.port <= 65535:  # uvicorn would hang on it without a word
+        raise AgentHubError(f"--port {args.port}: give a port from 1 to 65535")
+    for flag, value in (
+        ("--max-batch-size", args.max_batch_size),
+        ("--max-length", args.max_length),
+    ):
+        if value < 1:
+            raise AgentHubError(f"{flag} {value}: give a number of at least 1")
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        raise AgentHubError(
+            f"--model {args.model}: no config.json there; give a local Hugging Face "
+            "sequence-classification model directory"
+        )

@@ -61,7 +61,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "output_bytes", "pids", "cpus", "disk_mb"):
-            if getattr(self, name) <= 0:
+            if not getattr(self, name) > 0:  # NaN, too, which compares false either way
                 raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
 
 

@@ -79,11 +79,13 @@ def test_reward_function_is_served_over_the_openrlhf_protocol(plain_server: str)
     [
         ("not json", 400, "not JSON"),
         ('["a"]', 422, "JSON object"),
-        ("{}", 422, "JSON object"),
+        ("{}", 422, "missing field 'query'"),
+        ('{"quer": ["a"]}', 422, r"missing field 'query' \(fields sent: 'quer'\)"),
         ('{"query": []}', 422, "empty"),
         ('{"query": [1, 2]}', 422, "list of strings"),
         ('{"query": ["a", "b"], "prompts": ["a"]}', 422, r"'prompts' .* \(2\), got 1 items"),
         ('{"query": ["a"], "labels": "x"}', 422, "'labels' must be a list"),
+        ('{"query": ["a"]}', 422, "missing field 'labels': this reward function takes labels"),
     ],
 )
 def test_malformed_bodies_get_a_clear_4xx(
@@ -142,7 +144,9 @@ def test_slow_scoring_does_not_block_the_event_loop(tmp_path: Path) -> None:
         result: dict[str, Any] = {}
         thread = threading.Thread(
             target=lambda: result.update(
-                r=httpx.post(f"{base}/get_reward", json={"query": ["x"]}, timeout=60)
+                r=httpx.post(
+                    f"{base}/get_reward", json={"query": ["x"], "labels": [None]}, timeout=60
+                )
             )
         )
         thread.start()
@@ -158,7 +162,9 @@ def test_a_failing_reward_function_is_a_500_with_the_reason(tmp_path: Path) -> N
     broken = tmp_path / "broken.py"
     broken.write_text("def reward_func(q, p, l):\n    raise KeyError('field')\n")
     with serve_rm("--reward-func", str(broken)) as base:
-        answer = httpx.post(f"{base}/get_reward", json={"query": ["x"]}, timeout=60)
+        answer = httpx.post(
+            f"{base}/get_reward", json={"query": ["x"], "labels": ["y"]}, timeout=60
+        )
     assert answer.status_code == 500 and "KeyError" in answer.json()["detail"]
 
 

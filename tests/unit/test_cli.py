@@ -244,3 +244,93 @@ def test_scaffold_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["env", "init", "game", "--dir", str(tmp_path)]) == 1
     assert "already exists and is not empty" in capsys.readouterr().err
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{tmp}/gone.py"], "FILE {tmp}/gone.py does not exist"),
+        (["{tmp}"], "FILE {tmp} is a directory"),
+        (["{tmp}/latin1.py"], "FILE {tmp}/latin1.py is not UTF-8 text"),
+        (["--stdin", "{tmp}/gone.txt", "{tmp}/prog.py"], "--stdin {tmp}/gone.txt does not exist"),
+        (["--stdin", "{tmp}", "{tmp}/prog.py"], "--stdin {tmp} is a directory"),
+    ],
+)
+def test_sandbox_run_names_a_file_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    (tmp_path / "prog.py").write_text("print(input())\n")
+    (tmp_path / "latin1.py").write_bytes(b"print('caf\xe9')\n")
+    code = main(
+        ["sandbox", "run", "--backend", "unisolated", *(a.format(tmp=tmp_path) for a in args)]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("agenthub: error: ") and err.count("\n") == 1, err
+    assert message.format(tmp=tmp_path) in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--timeout", "0"], "--timeout 0: give a finite number of seconds above 0"),
+        (["--timeout", "-1"], "--timeout -1: give a finite number"),
+        (["--timeout", "nan"], "--timeout nan: give a finite number"),
+        (["--timeout", "inf"], "--timeout inf: give a finite number"),
+        (["--memory-mb", "0"], "--memory-mb 0: give a positive number of MiB"),
+    ],
+)
+def test_sandbox_run_names_a_limit_that_is_not_positive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    (tmp_path / "prog.py").write_text("print('hi')\n")
+    code = main(["sandbox", "run", "--backend", "unisolated", *args, str(tmp_path / "prog.py")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("agenthub: error: ") and err.count("\n") == 1, err
+    assert message in err
+
+
+def test_serve_rm_names_a_model_directory_without_a_model_before_loading_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for model in (str(tmp_path / "nodir"), str(tmp_path)):
+        assert main(["serve-rm", "--model", model, "--device", "cpu"]) == 1
+        err = capsys.readouterr().err
+        assert err == (
+            f"agenthub: error: --model {model}: no config.json there; give a local Hugging Face "
+            "sequence-classification model directory\n"
+        )
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("cpu", "holds no loadable sequence-classification model and tokenizer: "),
+        ("bogus", "device 'bogus' is not a torch one; use cpu, cuda or cuda:N"),
+    ],
+)
+def test_serve_rm_says_in_one_line_why_a_model_cannot_be_served(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], device: str, message: str
+) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    (tmp_path / "config.json").write_text("{}")
+    assert main(["serve-rm", "--model", str(tmp_path), "--device", device]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("agenthub: error: ") and err.count("\n") == 1, err
+    assert message in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "99999"], "--port 99999: give a port from 1 to 65535"),
+        (["--port", "0"], "--port 0: give a port from 1 to 65535"),
+        (["--max-batch-size", "0"], "--max-batch-size 0: give a number of at least 1"),
+        (["--max-length", "-5"], "--max-length -5: give a number of at least 1"),
+    ],
+)
+def test_serve_rm_rejects_option_values_it_cannot_serve_with(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    reward = str(REPO / "tests" / "fixtures" / "reward_plain.py")
+    assert main(["serve-rm", "--reward-func", reward, *args]) == 1
+    assert capsys.readouterr().err == f"agenthub: error: {message}\n"

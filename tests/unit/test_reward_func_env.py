@@ -85,6 +85,8 @@ def test_files_without_reward_func_or_missing_are_clear(tmp_path: Path) -> None:
         load_reward_func(tmp_path / "empty.py")
     with pytest.raises(RewardFuncError, match="does not exist"):
         load_reward_func(tmp_path / "nope.py")
+    with pytest.raises(RewardFuncError, match="is not a regular file; give a .py file"):
+        load_reward_func(tmp_path)
     (tmp_path / "bad.py").write_text("import no_such_module_abc\n")
     with pytest.raises(RewardFuncError, match="importing .*bad.py raised ModuleNotFoundError"):
         load_reward_func(tmp_path / "bad.py")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from agenthub.sandbox import (
@@ -62,9 +64,10 @@ def test_file_names_must_stay_inside_the_work_dir(name: str) -> None:
         request_files("print(1)", {name: "x"})
 
 
-def test_limits_must_be_positive() -> None:
+@pytest.mark.parametrize("value", [0, -1, math.nan])
+def test_limits_must_be_positive(value: float) -> None:
     with pytest.raises(ValueError, match="timeout_s must be positive"):
-        Limits(timeout_s=0)
+        Limits(timeout_s=value)
 
 
 def test_unknown_backend_is_refused() -> None:

@@ -33,16 +33,32 @@ class BadRequest(ValueError):
     """A request body that does not follow the protocol."""
 
 
-def parse_request(raw: bytes) -> tuple[list[str], list[str], list[Any]]:
-    """The (queries, prompts, labels) of a `/get_reward` body; raises `BadRequest`."""
+_SHAPE = '{"query": [...], "prompts"?: [...], "labels"?: [...]}'
+# What a JSON body that is no object parses to, in JSON's words.
+_JSON_KINDS: dict[type, str] = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+    type(None): "null",
+}
+
+
+def parse_request(
+    raw: bytes, *, needs_labels: bool = False
+) -> tuple[list[str], list[str], list[Any]]:
+    """The (queries, prompts, labels) of a `/get_reward` body; raises `BadRequest`. Labels may
+    be left out unless `needs_labels`: a scorer that reads them must not get None for each."""
     try:
         body = json.loads(raw)
     except ValueError as exc:
         raise BadRequest(f"the body is not JSON ({exc})") from None
-    if not isinstance(body, dict) or "query" not in body:
-        raise BadRequest(
-            'the body must be a JSON object {"query": [...], "prompts"?: [...], "labels"?: [...]}'
-        )
+    if not isinstance(body, dict):
+        raise BadRequest(f"the body must be a JSON object {_SHAPE}, not {_JSON_KINDS[type(body)]}")
+    if "query" not in body:
+        sent = ", ".join(repr(k) for k in body) or "none"
+        raise BadRequest(f"missing field 'query' (fields sent: {sent}); send {_SHAPE}")
     queries = body["query"]
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise BadRequest("'query' must be a list of strings")
@@ -52,6 +68,11 @@ def parse_request(raw: bytes) -> tuple[list[str], list[str], list[Any]]:
     columns: dict[str, list[Any]] = {}
     for name in ("prompts", "labels"):
         value = body.get(name)
+        if value is None and name == "labels" and needs_labels:
+            raise BadRequest(
+                f"missing field 'labels': this reward function takes labels; send one per "
+                f"query ({n})"
+            )
         if value is None:
             value = [""] * n if name == "prompts" else [None] * n
         if not isinstance(value, list) or len(value) != n:
@@ -135,13 +156,16 @@ def _slice(output: RewardOutput, lo: int, hi: int) -> RewardOutput:
     )
 
 
-def build_app(scorer: Scorer, *, name: str, max_batch_size: int = 64) -> Starlette:
-    """The Starlette app: `POST /get_reward` and `GET /health`."""
+def build_app(
+    scorer: Scorer, *, name: str, max_batch_size: int = 64, needs_labels: bool = False
+) -> Starlette:
+    """The Starlette app: `POST /get_reward` and `GET /health`. With `needs_labels`, a request
+    without labels is refused (422) instead of scoring None labels."""
     batcher = _Batcher(scorer, max_batch_size)
 
     async def get_reward(request: Request) -> JSONResponse:
         try:
-            samples = parse_request(await request.body())
+            samples = parse_request(await request.body(), needs_labels=needs_labels)
         except BadRequest as exc:
             status = 400 if "not JSON" in str(exc) else 422
             return JSONResponse({"detail": str(exc)}, status_code=status)
@@ -196,8 +220,23 @@ class SequenceClassifierScorer:
                 f"serving a model needs torch and transformers ({exc}); install agenthub[train]"
             ) from exc
         self._torch = torch
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(path).to(device).eval()
+        try:
+            kind = torch.device(device).type
+        except RuntimeError:
+            raise AgentHubError(
+                f"device {device!r} is not a torch one; use cpu, cuda or cuda:N"
+            ) from None
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise AgentHubError(f"device {device!r}: torch sees no CUDA GPU here; use cpu")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForSequenceClassification.from_pretrained(path)
+        except (OSError, ValueError) as exc:  # transformers' word for a directory it cannot use
+            reason = " ".join(str(exc).split())  # one line, as the CLI prints it
+            raise AgentHubError(
+                f"{path} holds no loadable sequence-classification model and tokenizer: {reason}"
+            ) from exc
+        self.model = model.to(device).eval()
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.device = device

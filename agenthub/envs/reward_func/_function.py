@@ -23,8 +23,10 @@ def load_reward_func(path: str | Path) -> RewardFunction:
     The file is imported once per process (again if it changes on disk).
     """
     path = Path(path).expanduser().resolve()
-    if not path.is_file():
+    if not path.exists():
         raise RewardFuncError(f"reward function file {path} does not exist")
+    if not path.is_file():
+        raise RewardFuncError(f"reward function file {path} is not a regular file; give a .py file")
     key = (path, path.stat().st_mtime_ns)
     with _load_lock:
         if key not in _loaded:
@@ -57,13 +59,13 @@ class RewardFunction:
 
     `queries` are prompt + response texts, `prompts` the rendered prompts, `labels` the tasks'
     labels. The older two-argument form `reward_func(queries, prompts)` is detected and called
-    without labels.
+    without labels; `takes_labels` says which form this is.
     """
 
     def __init__(self, func: Callable[..., Any], *, name: str | None = None) -> None:
         self.func = func
         self.name = name or getattr(func, "__qualname__", repr(func))
-        self._with_labels = _takes_labels(func)
+        self.takes_labels = _takes_labels(func)
 
     def __call__(
         self,
@@ -74,7 +76,7 @@ class RewardFunction:
         sample_names: list[str] | None = None,
     ) -> RewardOutput:
         args: tuple[Any, ...] = (
-            (queries, prompts, labels) if self._with_labels else (queries, prompts)
+            (queries, prompts, labels) if self.takes_labels else (queries, prompts)
         )
         samples = sample_names or [_excerpt(q) for q in queries]
         try:
