@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import typing
 from collections.abc import Callable
 from functools import cache
@@ -25,6 +24,7 @@ from agenthub._errors import (
     EnvNotFoundError,
     PluginLoadError,
 )
+from agenthub._returns import plain_methods
 from agenthub._spec import EnvSpec
 
 _ANY_TYPES = ConfigDict(arbitrary_types_allowed=True)
@@ -37,10 +37,6 @@ _registered: dict[str, EnvSpec] = {}
 _discovered: dict[str, EnvSpec] | None = None
 _clashes: dict[str, list[str]] = {}  # id -> the packages that all declare it
 _json_kwargs = TypeAdapter(dict[str, JsonValue])
-_COROUTINES = {
-    "reset": "async def reset(self, task, *, seed=None)",
-    "step": "async def step(self, action)",
-}
 
 
 def register(id: str, entry_point: str, *, override: bool = False, **kwargs: JsonValue) -> EnvSpec:
@@ -173,7 +169,8 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
             f"{_describe(base)} returned {type(env).__name__}, not an agenthub.Env; the entry "
             "point must name an agenthub.Env subclass or a function returning an agenthub.Env."
         )
-    _require_coroutines(base, env)
+    if plain := plain_methods(env):
+        raise PluginLoadError(f"{_describe(base)}: {'; '.join(plain)}")
     try:
         env.spec = base.with_kwargs(**_json_kwargs.validate_python(kwargs))
     except ValidationError:
@@ -218,17 +215,3 @@ def _argument_adapters(factory: Callable[..., Any]) -> dict[str, TypeAdapter[Any
         with contextlib.suppress(Exception):  # a type pydantic cannot check: left to the env
             adapters[name] = TypeAdapter(hint, config=_ANY_TYPES)
     return adapters
-
-
-def _require_coroutines(spec: EnvSpec, env: Env[Any]) -> None:
-    """Without this, a `reset` or `step` written without `async` fails only once eval or train
-    awaits it, as "object Step can't be used in 'await' expression". Wrappers forward to the
-    innermost env, so it is checked too."""
-    layers = [env] if env.unwrapped is env else [env, env.unwrapped]
-    for layer in layers:
-        for name, signature in _COROUTINES.items():
-            if not inspect.iscoroutinefunction(getattr(layer, name)):
-                raise PluginLoadError(
-                    f"{_describe(spec)}: {type(layer).__name__}.{name} must be `{signature}`; "
-                    "it is a plain function, so awaiting it fails"
-                )

@@ -1,14 +1,35 @@
 """What `reset` and `step` must return, checked wherever an env's answer is used (the episode
 runner, the REPL, `check_env`), so a wrong type is named as the env's mistake, on that one
-episode, instead of surfacing later as an AttributeError in agenthub's own code."""
+episode, instead of surfacing later as an AttributeError in agenthub's own code; and that the
+methods agenthub awaits are coroutines (`make` and `check_env`)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from agenthub._types import Message, Step
+
+_AWAITED = {
+    "reset": "async def reset(self, task, *, seed=None)",
+    "step": "async def step(self, action)",
+    "aclose": "async def aclose(self)",
+}
+
+
+def plain_methods(env: Any) -> list[str]:
+    """The methods agenthub awaits that `env` (or the env its wrappers hold) defines without
+    `async`: awaiting one fails with a TypeError that does not say what to change."""
+    inner = env.unwrapped
+    return [
+        f"{type(layer).__name__}.{name} must be `{signature}`, not def: agenthub awaits it on "
+        "an event loop that many episodes share"
+        for layer in ([env] if inner is env else [env, inner])
+        for name, signature in _AWAITED.items()
+        if not inspect.iscoroutinefunction(getattr(layer, name))
+    ]
 
 
 class EnvReturnError(TypeError):

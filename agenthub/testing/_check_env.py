@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -15,7 +14,7 @@ import anyio
 from agenthub._env import Env
 from agenthub._errors import CheckEnvError, NoTaskSourceError
 from agenthub._registry import make
-from agenthub._returns import reset_problems, step_problems
+from agenthub._returns import plain_methods, reset_problems, step_problems
 from agenthub._spec import EnvSpec
 from agenthub._types import Task
 
@@ -166,18 +165,10 @@ class _Checker:
         await self.check_aclose()
 
     def check_coroutines(self) -> bool:
-        """Awaiting a plain method fails with a TypeError that does not say what to change."""
-        inner = self.env.unwrapped
-        good = True
-        for env in [self.env] if inner is self.env else [self.env, inner]:
-            for name in ("reset", "step", "aclose"):
-                if not inspect.iscoroutinefunction(getattr(env, name)):
-                    self.fail(
-                        f"{type(env).__name__}.{name} must be async def, not def: agenthub "
-                        "awaits it on an event loop that many episodes share"
-                    )
-                    good = False
-        return good
+        plain = plain_methods(self.env)
+        for problem in plain:
+            self.fail(problem)
+        return not plain
 
     def check_spec(self, spec: EnvSpec | None) -> None:
         if spec is None:

@@ -137,8 +137,8 @@ def test_plain_def_methods_are_told_to_be_async_def() -> None:
     with pytest.raises(CheckEnvError) as raised:
         check_env(TurnLimit(PlainStep(), max_turns=2))
     assert [p.split(":")[0] for p in raised.value.problems] == [
-        "PlainStep.step must be async def, not def",
-        "PlainStep.aclose must be async def, not def",
+        "PlainStep.step must be `async def step(self, action)`, not def",
+        "PlainStep.aclose must be `async def aclose(self)`, not def",
     ]
 
 

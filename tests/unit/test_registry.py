@@ -139,7 +139,7 @@ def test_a_step_without_async_is_refused_when_the_env_is_made(
     with pytest.raises(
         PluginLoadError,
         match=r"environment 'forgetful'.*: SyncStepEnv.step must "
-        r"be `async def step\(self, action\)`; it is a plain function",
+        r"be `async def step\(self, action\)`, not def",
     ):
         make("forgetful", value=wrap(SyncStepEnv()))
     assert isinstance(make("forgetful", value=wrap(CountdownEnv())), Env)
