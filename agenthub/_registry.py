@@ -146,7 +146,8 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     Raises `EnvNotFoundError` for an unknown id, `PluginLoadError` when the entry point does not
     load or give an `Env`, `EnvArgumentsError` when the constructor rejects the arguments, and
     `EnvBuildError` when it fails otherwise; each message names the environment. An env whose
-    `reset` or `step` is not `async def` is a `PluginLoadError` here, not a failed await later.
+    `reset`, `step` or `aclose` is not `async def` is a `PluginLoadError` here, not a failed
+    await later.
     """
     base = id if isinstance(id, EnvSpec) else spec(id)
     factory = load_entry_point(base)

@@ -43,12 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def repl_command(args: argparse.Namespace) -> int:
     from agenthub.agents import ChatTokenizer
-    from agenthub.repl import Repl, check_env, run_terminal
+    from agenthub.repl import Repl, probe_env, run_terminal
 
     console = Console(highlight=False)
     env_kwargs = parse_kwargs(args.env_kwargs)
     # A wrong env id or argument fails before the model loads (or, on a first run, is built).
-    anyio.run(check_env, args.env, env_kwargs)
+    anyio.run(probe_env, args.env, env_kwargs)
     model = resolve_model(args.model, needed=True)
     assert model is not None
     with console.status("loading the tokenizer..."):

@@ -5,7 +5,7 @@ the episode token by token exactly as the trainer would get it.
 feed it lines); `run_terminal` drives it from a terminal with readline history and completion.
 """
 
-from agenthub.repl._core import EngineFactory, Repl, check_env
+from agenthub.repl._core import EngineFactory, Repl, probe_env
 from agenthub.repl._episode import Action, Episode, TokenKind, typed_action
 from agenthub.repl._input import COMMANDS, Command, Enter, Entry, EntryReader, TypedAction
 from agenthub.repl._replay import Replay
@@ -26,7 +26,7 @@ __all__ = [
     "TaskSource",
     "TokenKind",
     "TypedAction",
-    "check_env",
+    "probe_env",
     "run_terminal",
     "typed_action",
 ]

@@ -47,12 +47,12 @@ from agenthub.repl._render import (
 from agenthub.repl._replay import Replay
 from agenthub.repl._tasks import TaskSource
 
-__all__ = ["EngineFactory", "Repl", "check_env"]
+__all__ = ["EngineFactory", "Repl", "probe_env"]
 
 EngineFactory = Callable[[], Awaitable[InferenceEngine]]
 
 
-async def check_env(env_id: str, env_kwargs: dict[str, Any]) -> str | EnvSpec:
+async def probe_env(env_id: str, env_kwargs: dict[str, Any]) -> str | EnvSpec:
     """The spec `env_id` names, after building its env once and closing it, so that a wrong id
     or argument fails at once (the CLI calls it before loading a model, too)."""
     spec: str | EnvSpec = env_id
@@ -109,7 +109,7 @@ class Repl:
 
     async def start(self) -> None:
         """Check the env can be built (so a bad id fails at once) and open the first episode."""
-        self.spec = await check_env(self.env_id, self.env_kwargs)
+        self.spec = await probe_env(self.env_id, self.env_kwargs)
         self.console.print(Text(ENTRY_HELP + " :help lists the commands.", style="dim"))
         await self._new_episode(await self.tasks.get(self.task_index))
 
