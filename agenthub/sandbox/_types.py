@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from agenthub._errors import AgentHubError
@@ -61,8 +62,11 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "memory_mb", "output_bytes", "pids", "cpus", "disk_mb"):
-            if not getattr(self, name) > 0:  # NaN, too, which compares false either way
-                raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            # Not NaN (false either way) nor infinity, which anyio's deadlines and docker's
+            # options cannot take.
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"Limits.{name} must be positive and finite, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

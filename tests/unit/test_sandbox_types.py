@@ -64,9 +64,9 @@ def test_file_names_must_stay_inside_the_work_dir(name: str) -> None:
         request_files("print(1)", {name: "x"})
 
 
-@pytest.mark.parametrize("value", [0, -1, math.nan])
+@pytest.mark.parametrize("value", [0, -1, math.nan, math.inf])
 def test_limits_must_be_positive(value: float) -> None:
-    with pytest.raises(ValueError, match="timeout_s must be positive"):
+    with pytest.raises(ValueError, match="timeout_s must be positive and finite"):
         Limits(timeout_s=value)
 
 
