@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+import random
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import numpy as np
 
 from agenthub._env import Env
 from agenthub._errors import CheckEnvError, NoTaskSourceError
@@ -101,6 +103,30 @@ async def acheck_env(
         raise CheckEnvError(str(instance), checker.problems)
 
 
+class _GlobalDraws:
+    """Which of the global `random` and `numpy.random` generators were drawn from inside the
+    block: the usual reason a seeded episode does not replay."""
+
+    def __init__(self) -> None:
+        self.modules: list[str] = []
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        before = random.getstate(), _numpy_state()
+        try:
+            yield
+        finally:
+            after = random.getstate(), _numpy_state()
+            for module, old, new in zip(("random", "numpy.random"), before, after, strict=True):
+                if new != old and module not in self.modules:
+                    self.modules.append(module)
+
+
+def _numpy_state() -> tuple[bytes, int]:
+    state = np.random.get_state(legacy=False)["state"]
+    return np.asarray(state["key"]).tobytes(), int(state["pos"])
+
+
 class _Ticker:
     """Ticks every 10 ms while the event loop is free: the longest gap between ticks is the
     longest the loop was kept from running other tasks."""
@@ -145,16 +171,20 @@ class _Checker:
             return
         self.check_spec(self.env.spec)
         picked = await self.pick_tasks(tasks)
+        draws = _GlobalDraws()
         for task in picked:
-            first = await self.episode(task, seed)
-            if first is None:
-                return
-            again = await self.episode(task, seed)
+            with draws.watch():
+                first = await self.episode(task, seed)
+                if first is None:
+                    return
+                again = await self.episode(task, seed)
             if again is not None and again != first:
+                drew = " and ".join(f"`{module}`" for module in draws.modules)
                 self.fail(
                     f"task {task.id!r}: two episodes with seed={seed} and the same actions "
-                    f"differed: {_first_difference(first, again)}. Draw randomness only from "
-                    "self.np_random after self.reseed(seed)."
+                    f"differed: {_first_difference(first, again)}. "
+                    + (f"It drew from the global {drew} module. " if drew else "")
+                    + "Draw randomness only from self.np_random after self.reseed(seed)."
                 )
         answered = ((task, answer) for task in picked if (answer := _answer(task)) is not None)
         for task, answer in itertools.islice(answered, 1):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import numpy as np
 
 from agenthub import Env, Message, Step, Task
 
@@ -58,6 +60,25 @@ class EndlessEnv(CountdownEnv):
 class UnseededEnv(CountdownEnv):
     def reseed(self, seed: int | None) -> None:
         super().reseed(None)
+
+
+class GlobalRandomEnv(CountdownEnv):
+    """Draws its noise from the `random` module: seeded by nobody, so replays differ."""
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        step = await super().step(action)
+        return Step(
+            [Message(role="user", content=f"{self.remaining} (noise {random.randrange(10**6)})")],
+            step.reward,
+            step.terminated,
+            info=step.info,
+        )
+
+
+class GlobalNumpyRandomEnv(CountdownEnv):
+    async def reset(self, task: Task, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        _, info = await super().reset(task, seed=seed)
+        return [Message(role="user", content=f"start {np.random.randint(10**6)}")], info
 
 
 class BadInfoEnv(CountdownEnv):

@@ -21,6 +21,8 @@ def test_a_good_env_passes_as_instance_factory_and_wrapped() -> None:
     [
         (_envs.EndlessEnv(), "did not end within 32 steps.*TurnLimit"),
         (_envs.UnseededEnv(), "two episodes with seed=0 .* differed.*np_random"),
+        (_envs.GlobalRandomEnv(), "differed.*drew from the global `random` module.*np_random"),
+        (_envs.GlobalNumpyRandomEnv(), "differed.*drew from the global `numpy.random` module"),
         (_envs.BadInfoEnv(), "step info is not JSON-serialisable"),
         (_envs.RaisingEnv(), "step #1 .* raised ValueError: cannot parse an empty reply"),
         (_envs.WrongObservationEnv(), "observation of type dict"),
