@@ -103,6 +103,8 @@ class Repl:
         self.episode: Episode | None = None
         self.replay: Replay | None = None
         self._reader = EntryReader()
+        self.failures = 0
+        """How many entries ended in an error (a piped session exits non-zero if any did)."""
 
     def make_env(self) -> Env[Any]:
         return make(self.spec, **self.env_kwargs)
@@ -146,6 +148,7 @@ class Repl:
             elif isinstance(entry, Enter) and self.replay is not None:
                 await self._replay_step()
         except AgentHubError as exc:
+            self.failures += 1
             self.console.print(Text(f"error: {exc}", style="bold red"))
         return True
 
@@ -416,6 +419,7 @@ class Repl:
         return step
 
     def _env_failed(self, what: str, exc: BaseException) -> None:
+        self.failures += 1
         show_failure(self.console, what, exc)
 
     async def _close_episode(self) -> None:

@@ -71,7 +71,8 @@ class _Loop:
 
 
 def run_terminal(repl: Repl) -> int:
-    """Read lines until `:quit` or Ctrl-D; return the exit code."""
+    """Read lines until `:quit` or Ctrl-D; return the exit code: 1 when the input was piped
+    and an entry failed, else 0."""
     history = _setup_readline()
     runner = _Loop()
     # Piped input is not echoed by the terminal: show it, so the transcript reads as a session.
@@ -103,6 +104,11 @@ def run_terminal(repl: Repl) -> int:
         runner.close()
         if history is not None:
             _save_history(history)
+    if echo and repl.failures:
+        # A scripted session is checked by its exit code, as a shell script would be.
+        plural = "entry" if repl.failures == 1 else "entries"
+        repl.console.print(Text(f"{repl.failures} {plural} failed (see above)", style="bold red"))
+        return 1
     return 0
 
 

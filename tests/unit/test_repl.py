@@ -404,10 +404,8 @@ def test_a_second_ctrl_c_stops_code_that_blocks_the_loop() -> None:
         loop.close()
 
 
-def test_piped_input_is_echoed_and_an_action_cut_off_by_its_end_is_sent(
-    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    lines = iter([":help", "3"])  # no empty line after the action: the input just ends
+def _pipe(monkeypatch: pytest.MonkeyPatch, *typed: str) -> None:
+    lines = iter(typed)
 
     def piped(prompt: str) -> str:
         try:
@@ -417,11 +415,26 @@ def test_piped_input_is_echoed_and_an_action_cut_off_by_its_end_is_sent(
 
     monkeypatch.setattr("builtins.input", piped)
     monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
+
+
+def test_piped_input_is_echoed_and_an_action_cut_off_by_its_end_is_sent(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _pipe(monkeypatch, ":help", "3")  # no empty line after the action: the input just ends
     h = Harness(chat)
     assert run_terminal(h.repl) == 0
     out = h.buffer.getvalue()
     assert "\n:help\n" in out and "\n3\n" in out
     assert "step 1: reward 0" in out
+
+
+def test_a_piped_session_with_failed_entries_exits_non_zero(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _pipe(monkeypatch, ":nosuchcommand", "3", "", ":undo", ":undo")
+    h = Harness(chat)
+    assert run_terminal(h.repl) == 1
+    assert "2 entries failed (see above)" in h.buffer.getvalue()
 
 
 async def test_openrlhf_agent_text_observations_and_replay(
