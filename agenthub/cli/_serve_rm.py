@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -25,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def serve_rm_command(args: argparse.Namespace) -> int:
     check_arguments(args)
+    listener = listen(args.host, args.port)
     import uvicorn
 
     from agenthub.envs.judge._rm_server import Scorer, SequenceClassifierScorer, build_app
@@ -50,8 +54,31 @@ def serve_rm_command(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[listener])
     return 0
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """Take the address before the model loads, so a port in use is one line at once."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except OSError as exc:
+        raise AgentHubError(
+            f"--host {host}: {exc.strerror or exc}; give an address of this machine "
+            "(127.0.0.1, or 0.0.0.0 for every interface)"
+        ) from exc
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            advice = "pick another --port, or stop what listens there"
+        elif exc.errno == errno.EACCES:
+            advice = "ports below 1024 need root: pick a --port above 1023"
+        else:
+            advice = "give an address of this machine (127.0.0.1, or 0.0.0.0 for every interface)"
+        raise AgentHubError(f"cannot listen on {host}:{port}: {reason}; {advice}") from exc
 
 
 def check_arguments(args: argparse.Namespace) -> None:

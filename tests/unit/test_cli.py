@@ -1,4 +1,5 @@
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -317,6 +318,17 @@ def test_serve_rm_says_in_one_line_why_a_model_cannot_be_served(
     err = capsys.readouterr().err
     assert err.startswith("agenthub: error: ") and err.count("\n") == 1, err
     assert message in err
+
+
+def test_serve_rm_says_when_its_port_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    reward = str(REPO / "tests" / "fixtures" / "reward_plain.py")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        assert main(["serve-rm", "--reward-func", reward, "--port", str(port)]) == 1
+    assert capsys.readouterr().err == (
+        f"agenthub: error: cannot listen on 127.0.0.1:{port}: Address already in use; pick "
+        "another --port, or stop what listens there\n"
+    )
 
 
 @pytest.mark.parametrize(
