@@ -13,6 +13,9 @@ from agenthub._errors import AgentHubError
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+    from agenthub.trainer._config import TrainConfig
+    from agenthub.trainer._loop import RunDirectory
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default=None, metavar="ID", help="environment id")
@@ -89,16 +92,29 @@ def train_command(args: argparse.Namespace) -> int:
     if args.print_config:
         print(config.model_dump_json(indent=2))
         return 0
-    if args.resume and (done := RunDirectory(out).checkpointed_step()) >= config.run.max_steps:
+    if args.resume and (complete := _complete(RunDirectory(out), config)):
         # Said before Ray and the learner spend half a minute starting only to stop again.
-        print(
-            f"agenthub train: the run in {out} is complete at step {done} of "
-            f"max_steps={config.run.max_steps}; to train further, run agenthub train --out {out} "
-            f"--resume --steps M with M above {done}",
-            file=sys.stderr,
-        )
+        print(f"agenthub train: the run in {out} {complete}", file=sys.stderr)
         return 0
     return _run(config, out, args.resume)
+
+
+def _complete(run: RunDirectory, config: TrainConfig) -> str | None:
+    """Why a run resumed with `config` would stop before its first step, if it would."""
+    state = run.state() or {}
+    done, minutes = int(state.get("step", 0)), float(state.get("elapsed_s", 0.0)) / 60
+    again = f"to train further, run agenthub train --out {run.path} --resume"
+    if done >= config.run.max_steps:
+        return (
+            f"is complete at step {done} of max_steps={config.run.max_steps}; {again} --steps M "
+            f"with M above {done}"
+        )
+    if config.run.max_minutes is not None and minutes >= config.run.max_minutes:
+        return (
+            f"has used its max_minutes={config.run.max_minutes:g} ({minutes:.1f} minutes trained, "
+            f"to step {done}); {again} --minutes M with M above {minutes:.1f}"
+        )
+    return None
 
 
 def _run(config: object, out: Path, resume: bool) -> int:

@@ -365,6 +365,17 @@ def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
     assert main(["train", "--out", str(run.path), "--resume", "--steps", "5"]) == 1
     assert f"--model {model}: no config.json there" in capsys.readouterr().err
 
+    # A run stopped by its time budget (which counts the time of every session) alike.
+    before = {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
+    assert (
+        main(["train", "--out", str(run.path), "--resume", "--steps", "5", "--minutes", "0.5"]) == 0
+    )
+    said = capsys.readouterr().err
+    assert "has used its max_minutes=0.5 (0.5 minutes trained, to step 2)" in said
+    assert "--resume --minutes M with M above 0.5" in said
+    assert {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()} == before
+    assert not ray.is_initialized()
+
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
