@@ -73,12 +73,13 @@ def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 
 def check_command(args: argparse.Namespace) -> int:
-    from agenthub.envs._tasks import read_jsonl_tasks
+    from agenthub.envs._tasks import read_task_file
     from agenthub.testing import check_env
 
-    env = make(args.env_id, **parse_kwargs(args.kwargs))
+    kwargs = parse_kwargs(args.kwargs)
+    env = make(args.env_id, **kwargs)
     try:
-        tasks = list(read_jsonl_tasks(args.tasks))[:2] if args.tasks else None
+        tasks = list(read_task_file(args.tasks, kwargs))[:2] if args.tasks else None
         if tasks == []:
             raise TaskFileError(
                 f"no tasks to check: task file {args.tasks} holds none; give one JSON task per line"

@@ -152,12 +152,13 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
-    from agenthub.envs._tasks import read_jsonl_tasks
+    from agenthub.envs._tasks import read_task_file
 
     env = make(identity["env"], **identity["env_kwargs"])  # also checks its arguments at once
     try:
         if identity["tasks"]:
-            selected = list(itertools.islice(read_jsonl_tasks(identity["tasks"]), n))
+            tasks = read_task_file(identity["tasks"], identity["env_kwargs"])
+            selected = list(itertools.islice(tasks, n))
         else:
             # A procedural task source may be endless: take only what is asked for.
             selected = list(itertools.islice(env.tasks(identity["split"]), n))

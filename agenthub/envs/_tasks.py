@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -60,3 +61,14 @@ def read_jsonl_tasks(
                 f"{{'role': ..., 'content': ...}} messages ({exc})"
             ) from exc
         yield task
+
+
+def read_task_file(path: str | Path, env_kwargs: Mapping[str, Any]) -> Iterator[Task]:
+    """A `--tasks FILE`: one task per line, its prompt and label under the field names the env
+    was given (`input_key=`, `label_key=`, as the envs reading OpenRLHF datasets take them),
+    else under `prompt` and `label`."""
+    return read_jsonl_tasks(
+        path,
+        input_key=str(env_kwargs.get("input_key", "prompt")),
+        label_key=str(env_kwargs.get("label_key", "label")),
+    )

@@ -92,7 +92,9 @@ class Repl:
         self.env_id = env
         self.env_kwargs = env_kwargs
         self.spec: str | EnvSpec = env
-        self.tasks = TaskSource(self.make_env, tasks_file=tasks_file, split=split)
+        self.tasks = TaskSource(
+            self.make_env, tasks_file=tasks_file, split=split, env_kwargs=env_kwargs
+        )
         self.task_index = task_index
         self.seed = seed
         self.chat = chat

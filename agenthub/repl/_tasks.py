@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,17 @@ class TaskSource:
     """Tasks by index (`--task N`) and by id (to replay a saved trajectory)."""
 
     def __init__(
-        self, make_env: Callable[[], Env[Any]], *, tasks_file: str | None, split: str
+        self,
+        make_env: Callable[[], Env[Any]],
+        *,
+        tasks_file: str | None,
+        split: str,
+        env_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self._make_env = make_env
         self.tasks_file = tasks_file
         self.split = split
+        self._env_kwargs = env_kwargs or {}
 
     def describe(self) -> str:
         return self.tasks_file or f"split {self.split!r}"
@@ -63,7 +69,8 @@ class TaskSource:
     ) -> list[Task]:
         if self.tasks_file:
             try:
-                return list(pick(itertools.islice(_read_tasks(self.tasks_file), limit)))
+                tasks = _read_tasks(self.tasks_file, self._env_kwargs)
+                return list(pick(itertools.islice(tasks, limit)))
             except ValueError as exc:  # a malformed line: say which, as the reader does
                 raise AgentHubError(f"--tasks {self.tasks_file}: {exc}") from exc
         env = self._make_env()
@@ -75,9 +82,9 @@ class TaskSource:
             await env.aclose()
 
 
-def _read_tasks(file: str) -> Iterator[Task]:
-    from agenthub.envs._tasks import read_jsonl_tasks
+def _read_tasks(file: str, env_kwargs: Mapping[str, Any]) -> Iterator[Task]:
+    from agenthub.envs._tasks import read_task_file
 
     if not Path(file).is_file():
         raise AgentHubError(f"--tasks {file}: no such file")
-    return read_jsonl_tasks(file)
+    return read_task_file(file, env_kwargs)

@@ -4,9 +4,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
-from agenthub import AgentHubError
+from agenthub import AgentHubError, make
 from agenthub._registry import _refresh
 from agenthub.cli import main
 from agenthub.cli._main import error_message
@@ -191,6 +192,32 @@ def test_envs_check_of_an_env_without_tasks_asks_for_a_task_file(
     (tmp_path / "tasks.jsonl").write_text('{"prompt": "Say hi", "label": "hi"}\n')
     check = ["envs", "check", "reward_func", f"reward_func={reward}"]
     assert main([*check, "--tasks", str(tmp_path / "tasks.jsonl")]) == 0
+
+
+def test_a_task_file_is_read_with_the_field_names_the_env_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agenthub.cli._eval import load_tasks
+    from agenthub.repl._tasks import TaskSource
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def reward_func(queries, prompts, labels):\n"
+        "    return [float(label in query) for query, label in zip(queries, labels)]\n"
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"question": "Say hi", "answer": "hi"}\n')
+    kwargs = {"reward_func": str(reward), "input_key": "question", "label_key": "answer"}
+    pairs = [f"{key}={value}" for key, value in kwargs.items()]
+
+    assert main(["envs", "check", "reward_func", *pairs, "--tasks", str(tasks)]) == 0
+    identity = {"env": "reward_func", "env_kwargs": kwargs, "tasks": str(tasks)}
+    (task,) = load_tasks(identity, None)
+    assert (task.prompt, task.label) == ("Say hi", "hi")
+    source = TaskSource(lambda: make("reward_func", **kwargs), tasks_file=str(tasks),
+                        split="held_out", env_kwargs=kwargs)  # fmt: skip
+    task = anyio.run(source.get, 0)
+    assert (task.prompt, task.label) == ("Say hi", "hi")
 
 
 def test_bad_key_value_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
