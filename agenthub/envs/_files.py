@@ -38,7 +38,13 @@ def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, A
 
 def import_user_file(path: Path, *, kind: str, error: type[AgentHubError]) -> ModuleType:
     """Import a user's Python file as a module of its own (named after its path); failures
-    raise `error` naming the file."""
+    raise `error` naming the file.
+
+    The file's directory goes first on `sys.path`, as for a script Python runs, so the file
+    can import the modules beside it (now or when it is called)."""
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     name = f"agenthub_{kind.replace(' ', '_')}_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -39,6 +39,39 @@ async def test_queries_are_prompt_plus_response_and_prompts_are_rendered() -> No
         await env.step("again")
 
 
+async def test_a_task_without_a_label_is_scored_against_an_empty_label() -> None:
+    seen: list[list[object]] = []
+
+    def reward_func(queries, prompts, labels):  # type: ignore[no-untyped-def]
+        seen.append(labels)
+        return [float(labels[0].strip() in queries[0])]
+
+    env = make("reward_func", reward_func=reward_func)
+    await env.reset(Task(id="t", prompt="Say hi."))
+    assert (await env.step("hi")).reward == 1.0
+    assert seen == [[""]]
+
+
+async def test_rewards_may_be_numpy_numbers_or_0d_tensors_in_a_list() -> None:
+    import numpy as np
+    import torch
+
+    for rewards in ([np.float32(0.5)], [torch.tensor(0.5)], [np.int64(1)], [torch.tensor([0.5])]):
+        env = make("reward_func", reward_func=lambda q, p, labels, r=rewards: r)
+        await env.reset(Task(id="t", prompt="p"))
+        assert (await env.step("a")).reward in (0.5, 1.0)
+
+
+def test_a_reward_file_imports_the_modules_beside_it(tmp_path: Path) -> None:
+    (tmp_path / "grading_helpers_xyz.py").write_text("def grade(q, label):\n    return 0.25\n")
+    (tmp_path / "reward.py").write_text(
+        "from grading_helpers_xyz import grade\n\n"
+        "def reward_func(queries, prompts, labels):\n"
+        "    return [grade(q, l) for q, l in zip(queries, labels)]\n"
+    )
+    assert load_reward_func(tmp_path / "reward.py")(["q"], ["p"], [""]).rewards == [0.25]
+
+
 async def test_two_argument_reward_functions_are_called_without_labels() -> None:
     env = make("reward_func", reward_func=lambda queries, prompts: [len(queries[0])])
     await env.reset(Task(id="t", prompt="ab"))

@@ -84,7 +84,9 @@ class RewardFuncEnv(Env[Observation]):
         if task is None:
             raise RuntimeError("step() called before reset() or after the episode ended")
         self._task = None
-        output = await self._score([self._prompt + action], [self._prompt], [task.label], task)
+        # As in OpenRLHF, a task without a label is scored against "" (its datasets' default).
+        label = "" if task.label is None else task.label
+        output = await self._score([self._prompt + action], [self._prompt], [label], task)
         reward, score, extra_logs = output.sample(0)
         empty: Observation = "" if isinstance(task.prompt, str) else list[Message]()
         return Step(empty, reward, terminated=True, score=score, extra_logs=extra_logs)

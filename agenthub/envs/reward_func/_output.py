@@ -48,6 +48,8 @@ def parse_reward_output(
             )
         out = []
         for i, v in enumerate(value):
+            if hasattr(v, "tolist"):  # a numpy number or a 0-d tensor in a list
+                v = v.tolist()
             if isinstance(v, list | tuple) and len(v) == 1:
                 v = v[0]
             if not isinstance(v, int | float) or not math.isfinite(v):
