@@ -51,6 +51,11 @@ class Session:
             if isinstance(observation, list):
                 messages += observation
             ids = chat.encode_prompt(messages)
+        elif isinstance(observation, list) and observation:
+            raise ChatTemplateError(
+                f"the env answered reset on task {task.id!r} with chat messages but the chat "
+                "template is turned off; turn it on, or have the env return text"
+            )
         elif isinstance(task.prompt, str):
             ids = chat.encode_text(task.prompt)
         else:

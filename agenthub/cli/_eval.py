@@ -37,7 +37,9 @@ FAILED = "failed.jsonl"  # episodes that ended in errors, moved out of TRAJECTOR
 SUMMARY = "summary.json"
 RUN = "eval.json"
 # What makes two runs the same run: a resumed run must agree on all of these.
-_IDENTITY = ("env", "env_kwargs", "tasks", "split", "k")
+_IDENTITY = ("env", "env_kwargs", "tasks", "split", "k", "chat_template")
+# What a run written before a key existed had (so it still resumes).
+_IDENTITY_DEFAULTS = {"chat_template": True}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=1.0, metavar="X")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--no-chat-template",
+        dest="chat_template",
+        action="store_false",
+        help="tokenize text prompts as they are (prompts already templated, base models)",
+    )
+    parser.add_argument(
         "--out", default=None, metavar="DIR", help="output directory (default: runs/eval-ENV)"
     )
 
@@ -101,6 +109,7 @@ def eval_command(args: argparse.Namespace) -> int:
         "tasks": str(Path(args.tasks).resolve()) if args.tasks else None,
         "split": args.split,
         "k": args.k,
+        "chat_template": args.chat_template,
     }
     if args.k < 1 or (args.n is not None and args.n < 1):
         raise AgentHubError("-n and -k must be at least 1")
@@ -118,6 +127,7 @@ def eval_command(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         n_samples_per_prompt=args.k,
         seed=args.seed,
+        chat_template=args.chat_template,
     )
     if work:
         left = sum(len(samples) for _, samples in work)
@@ -172,6 +182,10 @@ def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
     return selected
 
 
+def _get(identity: dict[str, Any], key: str) -> Any:
+    return identity.get(key, _IDENTITY_DEFAULTS.get(key))
+
+
 def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
     """Create `out`, or check it holds the same run; return the samples finished per task id.
     Episodes that ended in errors are not finished: their lines move to `FAILED`, to be run
@@ -180,7 +194,7 @@ def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
     run_file = out / RUN
     if run_file.exists():
         previous = json.loads(run_file.read_text(encoding="utf-8"))
-        changed = [key for key in _IDENTITY if previous.get(key) != identity[key]]
+        changed = [key for key in _IDENTITY if _get(previous, key) != _get(identity, key)]
         if changed:
             raise AgentHubError(
                 f"{out} holds an eval run with different {', '.join(changed)}; "

@@ -39,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-reply-tokens", type=int, default=256, metavar="R", help="tokens per :gen reply"
     )
+    parser.add_argument(
+        "--no-chat-template",
+        dest="chat_template",
+        action="store_false",
+        help="tokenize text prompts as they are (prompts already templated, base models)",
+    )
 
 
 def repl_command(args: argparse.Namespace) -> int:
@@ -73,6 +79,7 @@ def repl_command(args: argparse.Namespace) -> int:
         engine_factory=build_engine,
         tasks_file=args.tasks,
         split=args.split,
+        chat_template=args.chat_template,
     )
     console.print(
         Text(f"agenthub repl: env {args.env}, model {_name(model)}", style="bold"), markup=False

@@ -88,6 +88,7 @@ class Repl:
         engine_factory: EngineFactory | None = None,
         tasks_file: str | None = None,
         split: str = "held_out",
+        chat_template: bool = True,
     ) -> None:
         self.env_id = env
         self.env_kwargs = env_kwargs
@@ -98,6 +99,7 @@ class Repl:
         self.task_index = task_index
         self.seed = seed
         self.chat = chat
+        self.chat_template = chat_template
         self.sampling = sampling
         self.console = console
         self._engine_factory = engine_factory
@@ -389,7 +391,7 @@ class Repl:
     async def _open(self, task: Task) -> Episode | None:
         try:
             episode, took = await Episode.start(
-                self.env_id, self.make_env, task, self.seed, self.chat
+                self.env_id, self.make_env, task, self.seed, self.chat, self.chat_template
             )
         except AgentHubError:
             raise

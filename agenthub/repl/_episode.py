@@ -76,6 +76,7 @@ class Episode:
         task: Task,
         seed: int | None,
         chat: ChatTokenizer,
+        chat_template: bool = True,
     ) -> tuple[Episode, float]:
         """Build a fresh env and reset it; return the episode and the seconds `reset` took.
         The env is closed again when `reset` fails."""
@@ -87,7 +88,7 @@ class Episode:
             await env.aclose()
             raise
         took = time.perf_counter() - started
-        session = Session.start(chat, task, observation)
+        session = Session.start(chat, task, observation, chat_template=chat_template)
         episode = cls(env_id, env, task, seed, session, observation, dict(info))
         episode.kinds = ["prompt"] * len(session)
         episode.timings.env_s += took

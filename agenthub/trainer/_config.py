@@ -56,6 +56,9 @@ class RolloutSettings(_Section):
     """Tokens per model reply."""
     max_turns: int = Field(3, ge=1)
     """Replies per episode; an episode still going after that is truncated."""
+    chat_template: bool = True
+    """Render prompts through the tokenizer's chat template; false tokenizes text prompts as
+    they are (prompts already templated, base models)."""
     max_tokens: int | None = Field(None, ge=2)
     """Longest token sequence of an episode (default: the model's context)."""
     concurrency: int = Field(32, ge=1)

@@ -154,6 +154,7 @@ class RolloutWorker:
             n_samples_per_prompt=cfg.rollout.n_samples_per_prompt,
             timeouts=timeouts,
             seed=cfg.run.seed * 1000 + self.rank,
+            chat_template=cfg.rollout.chat_template,
         )
         self.runner = EpisodeRunner(
             self.engine, self.chat, cfg.env, self.rollout, env_kwargs=cfg.env_kwargs
@@ -210,6 +211,7 @@ class RolloutWorker:
             n_samples_per_prompt=samples,
             timeouts=self.rollout.timeouts,
             seed=0,
+            chat_template=self.rollout.chat_template,
         )
         runner = EpisodeRunner(
             self.engine, self.chat, self.config.env, config, env_kwargs=self.config.env_kwargs

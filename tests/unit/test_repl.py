@@ -57,6 +57,7 @@ class Harness:
         engine_factory: EngineFactory | None = None,
         env_kwargs: dict[str, str] | None = None,
         tasks_file: Path | None = None,
+        chat_template: bool = True,
     ) -> None:
         self.buffer = io.StringIO()
         self.reply_ids = [*chat.encode_text(reply), chat.stop_token_ids[0]]
@@ -77,6 +78,7 @@ class Harness:
             sampling=SamplingParams(max_tokens=16),
             console=Console(file=self.buffer, width=200, color_system=None),
             engine_factory=engine_factory or build,
+            chat_template=chat_template,
         )
 
     async def type(self, *lines: str) -> str:
@@ -478,3 +480,16 @@ async def test_a_malformed_task_file_is_reported(chat: ChatTokenizer, tmp_path: 
         await Harness(chat, tasks_file=bad).repl.start()
     with pytest.raises(AgentHubError, match="no such file"):
         await Harness(chat, tasks_file=tmp_path / "missing.jsonl").repl.start()
+
+
+async def test_no_chat_template_tokenizes_a_text_prompt_as_it_is(
+    chat: ChatTokenizer, tmp_path: Path
+) -> None:
+    reward = tmp_path / "reward.py"
+    reward.write_text("def reward_func(queries, prompts, labels):\n    return [1.0]\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "2 + 2 ="}\n')
+    h = Harness(chat, env="reward_func", env_kwargs={"reward_func": str(reward)},
+                tasks_file=tasks, chat_template=False)  # fmt: skip
+    await h.repl.start()
+    assert h.episode.session.tokens == chat.encode_text("2 + 2 =")

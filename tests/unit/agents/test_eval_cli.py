@@ -157,3 +157,37 @@ def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
         for task, sample in (("a", 0), ("a", 1), ("a", 2), ("b", 1))
     )
     assert json.loads((out / "summary.json").read_text())["errors"] == {}
+
+
+def test_no_chat_template_tokenizes_text_prompts_as_they_are(
+    tmp_path: Path,
+    chat: ChatTokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    prompts: list[list[int]] = []
+
+    class PromptRecorder(FakeEngine):
+        async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+            prompts.append(list(prompt_ids))
+            return await super().generate(prompt_ids, sampling)
+
+    async def fake_engine(args: Any) -> tuple[ChatTokenizer, FakeEngine]:
+        ids = [*chat.encode_text("3"), chat.closing_ids[0]]
+        return chat, PromptRecorder(lambda prompt: ids, stop_token_ids=chat.stop_token_ids)
+
+    monkeypatch.setattr(_eval, "_build_engine", fake_engine)
+    reward, tasks = tmp_path / "reward.py", tmp_path / "tasks.jsonl"
+    reward.write_text("def reward_func(queries, prompts, labels):\n    return [1.0]\n")
+    templated = "<|im_start|>user\nGo.<|im_end|>\n<|im_start|>assistant\n"
+    tasks.write_text(json.dumps({"id": "a", "prompt": templated}) + "\n")
+    command = ["eval", "--env", "reward_func", f"reward_func={reward}", "--tasks", str(tasks)]
+
+    assert main([*command, "--out", str(tmp_path / "raw"), "--no-chat-template"]) == 0
+    assert prompts == [chat.encode_text(templated)]
+    # A run is resumed only with the same setting.
+    assert main([*command, "--out", str(tmp_path / "raw")]) == 1
+    assert "holds an eval run with different chat_template" in capsys.readouterr().err
+    prompts.clear()
+    assert main([*command, "--out", str(tmp_path / "templated")]) == 0
+    assert prompts == [chat.encode_prompt([agenthub.Message(role="user", content=templated)])]

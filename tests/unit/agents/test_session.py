@@ -88,6 +88,10 @@ def test_chat_prompt_without_chat_template_is_refused(chat: ChatTokenizer) -> No
     task = Task(id="t", prompt=(Message(role="user", content="hi"),))
     with pytest.raises(ChatTemplateError, match="chat template is turned off"):
         Session.start(chat, task, [], chat_template=False)
+    # Nor are first messages from the env dropped without a word.
+    messages = [Message(role="user", content="Begin.")]
+    with pytest.raises(ChatTemplateError, match="answered reset on task 't' with chat messages"):
+        Session.start(chat, Task(id="t", prompt="hi"), messages, chat_template=False)
 
 
 def test_rollback_drops_the_tail(chat: ChatTokenizer) -> None:

@@ -38,12 +38,19 @@ def test_toml_files_then_overrides_win_in_order(tmp_path: Path) -> None:
     second = tmp_path / "b.toml"
     second.write_text("[learner]\nlr = 0.002\n")
     config = load_config(
-        [first, second], ["rollout.max_turns=4", "env_kwargs.num_tasks=10", "ray.address=auto"]
+        [first, second],
+        [
+            "rollout.max_turns=4",
+            "env_kwargs.num_tasks=10",
+            "ray.address=auto",
+            "rollout.chat_template=false",
+        ],
     )
     assert config.env == "math"
     assert config.learner.lr == 0.002
     assert config.learner.zero_stage == 3  # kept from the first file
     assert config.rollout.max_turns == 4
+    assert config.rollout.chat_template is False
     assert config.env_kwargs == {"num_tasks": 10}
     assert config.ray.address == "auto"  # not JSON: taken as a string
     assert config.rollout.temperature == 1.0  # untouched defaults stay
