@@ -61,11 +61,19 @@ class ChatTokenizer:
                 "the tokenizer has no chat template; give text prompts and text observations, "
                 "or use a tokenizer whose tokenizer_config.json has a chat_template"
             )
-        text = self.tokenizer.apply_chat_template(
-            [m.model_dump() for m in messages],
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-        )
+        try:
+            text = self.tokenizer.apply_chat_template(
+                [m.model_dump() for m in messages],
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+            )
+        except Exception as exc:  # jinja's TemplateError, or whatever the template raises
+            roles = [m.role for m in messages if m not in _BASE]
+            raise ChatTemplateError(
+                f"the model's chat template cannot render messages with roles {roles}: "
+                f"{type(exc).__name__}: {exc}; send roles the template takes (many take only "
+                "system, user and assistant, or want them to alternate)"
+            ) from exc
         assert isinstance(text, str)
         return text
 
@@ -75,7 +83,9 @@ class ChatTokenizer:
 
     def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
         # The template writes any BOS token itself, so none is added when encoding.
-        return self.encode_text(self.render(messages, add_generation_prompt=True))
+        text = self.render(messages, add_generation_prompt=True)
+        _check_kept(messages, text)
+        return self.encode_text(text)
 
     def encode_followup(self, messages: Sequence[Message]) -> list[int]:
         full = self.render([*_BASE, *messages], add_generation_prompt=True)
@@ -85,7 +95,9 @@ class ChatTokenizer:
                 f"added ({[m.role for m in messages]}), so they cannot be appended token by "
                 "token; use a template that only appends"
             )
-        return self.encode_text(full[len(self._base_text) :])
+        added = full[len(self._base_text) :]
+        _check_kept(messages, added)
+        return self.encode_text(added)
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of generated tokens, without special tokens (what the env is given)."""
@@ -113,3 +125,18 @@ class ChatTokenizer:
                 "appended token by token"
             )
         return text[at + len(_SENTINEL) :]
+
+
+def _check_kept(messages: Sequence[Message], text: str) -> None:
+    """Refuse a rendering that leaves out what a system, user or tool message says: a template
+    that knows no `tool` role, say, may skip those messages, and the model would be trained on
+    a conversation in which the tool never answered. (An assistant message's text may be
+    rewritten, as templates that drop earlier reasoning do.)"""
+    for message in messages:
+        content = message.content.strip()
+        if message.role != "assistant" and content and content not in text:
+            raise ChatTemplateError(
+                f"the model's chat template leaves out the text of a {message.role!r} message "
+                f"({content[:60]!r}), so the model would never see it; send roles the "
+                "template renders (many know only system, user and assistant)"
+            )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -21,7 +22,7 @@ from agenthub._types import Step, Task
 from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._config import RolloutConfig
 from agenthub.agents._engine import Generation, InferenceEngine
-from agenthub.agents._errors import EngineError
+from agenthub.agents._errors import ChatTemplateError, EngineError
 from agenthub.agents._session import Session
 from agenthub.agents._trajectory import EpisodeError, ErrorCause, Timings, Trajectory
 from agenthub.agents._watchdog import loop_watchdog
@@ -75,6 +76,15 @@ def _check(problems: list[str]) -> None:
     """An env that returns the wrong thing fails its episode, like one that raises."""
     if problems:
         raise _Failed("env_error", "; ".join(problems))
+
+
+@contextmanager
+def _untokenizable(what: str) -> Iterator[None]:
+    """An env's messages the model's chat template cannot render fail that episode only."""
+    try:
+        yield
+    except ChatTemplateError as exc:
+        raise _Failed("env_error", f"{what}: its observation cannot be tokenized: {exc}") from exc
 
 
 def _derive_seed(base: int, task_id: str, sample: int, turn: int = -1) -> int:
@@ -212,13 +222,14 @@ class EpisodeRunner:
         reset = await self._env_call(state, "reset", lambda: env.reset(task, seed=seed))
         _check(reset_problems(reset))
         observation, _ = reset
-        session = Session.start(
-            self.chat,
-            task,
-            observation,
-            chat_template=config.chat_template,
-            policy_version=self.engine.policy_version,
-        )
+        with _untokenizable("reset"):
+            session = Session.start(
+                self.chat,
+                task,
+                observation,
+                chat_template=config.chat_template,
+                policy_version=self.engine.policy_version,
+            )
         state.session = session
         limit = self.engine.max_model_len
         if config.max_tokens is not None:
@@ -238,7 +249,8 @@ class EpisodeRunner:
                 state.terminated, state.truncated = step.terminated, step.truncated
                 return
             before = len(session)
-            session.add_observation(step.observation, self.engine.policy_version)
+            with _untokenizable("step"):
+                session.add_observation(step.observation, self.engine.policy_version)
             if len(session) >= limit:
                 # The env's answer leaves no room to reply: it is dropped, not half-kept.
                 session.rollback(before)

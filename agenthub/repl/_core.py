@@ -445,6 +445,8 @@ class Repl:
         episode = self._live()
         if episode.done:
             raise AgentHubError("the episode is over: :save FILE, :undo, :reset or :quit")
+        if episode.stuck:
+            raise AgentHubError(f"{episode.stuck}: :undo or :reset")
         return episode
 
     def _policy_version(self) -> int:

@@ -10,7 +10,14 @@ from typing import Any, Literal
 from agenthub._env import Env
 from agenthub._returns import checked_reset, checked_step
 from agenthub._types import Observation, Step, Task
-from agenthub.agents import ChatTokenizer, Generation, Session, Timings, Trajectory
+from agenthub.agents import (
+    ChatTemplateError,
+    ChatTokenizer,
+    Generation,
+    Session,
+    Timings,
+    Trajectory,
+)
 
 __all__ = ["Action", "Episode", "TokenKind", "typed_action"]
 
@@ -67,6 +74,9 @@ class Episode:
     actions: list[Action] = field(default_factory=list)
     steps: list[Step[Any]] = field(default_factory=list)
     timings: Timings = field(default_factory=Timings)
+    stuck: str | None = None
+    """Why the episode cannot go on although the env took the last step (its answer could not
+    be tokenized); `:undo` replays the episode without that step."""
 
     @classmethod
     async def start(
@@ -127,7 +137,14 @@ class Episode:
         self.steps.append(step)
         if not step.done:
             mark = len(session)
-            session.add_observation(step.observation, action.generation.policy_version)
+            try:
+                session.add_observation(step.observation, action.generation.policy_version)
+            except ChatTemplateError as exc:
+                self.stuck = f"the env's answer to step {len(self.steps)} cannot be tokenized"
+                raise ChatTemplateError(
+                    f"{exc}. The env took the step (reward {step.reward:g}), but its answer is not "
+                    "in the token stream: :undo replays the episode without it, :reset starts over"
+                ) from exc
             self.kinds += ["env"] * (len(session) - mark)
         return step, took
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import os
 import signal
@@ -493,3 +494,27 @@ async def test_no_chat_template_tokenizes_a_text_prompt_as_it_is(
                 tasks_file=tasks, chat_template=False)  # fmt: skip
     await h.repl.start()
     assert h.episode.session.tokens == chat.encode_text("2 + 2 =")
+
+
+async def test_an_answer_the_chat_template_cannot_render_stops_the_episode_until_undone(
+    chat: ChatTokenizer, tmp_path: Path
+) -> None:
+    refusing = copy.copy(chat.tokenizer)
+    refusing.chat_template = (
+        "{% for m in messages %}{% if m.role == 'tool' %}"
+        "{{ raise_exception('tool role is not supported') }}{% endif %}{% endfor %}"
+        + chat.tokenizer.chat_template
+    )
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "Go.", "label": 3, "role": "tool"}\n')
+    h = Harness(ChatTokenizer(refusing), env="tests.unit.agents._envs:TrackedEnv",
+                tasks_file=tasks)  # fmt: skip
+    await h.repl.start()
+    out = await h.type("1", "")
+    assert "cannot render messages with roles ['tool']" in out
+    assert "The env took the step (reward 0), but its answer is not in the token stream" in out
+    assert "env_error" not in out  # the env did nothing wrong
+    out = await h.type("2", "")
+    assert "the env's answer to step 1 cannot be tokenized: :undo or :reset" in out
+    await h.type(":undo")
+    assert h.episode.stuck is None and not h.episode.steps

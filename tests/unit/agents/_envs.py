@@ -13,7 +13,8 @@ from agenthub import Env, Message, RewardFuncError, Step, Task
 class TrackedEnv(Env[list[Message]]):
     """Counts down from the task's label; behaviour per task comes from `task.metadata`:
     `fail_at` (turn whose step raises), `step_delay_s`, `step_block_s` (blocks the loop),
-    `score_error` (raise a scoring error), `close_error` (`aclose` raises), `wrong_return`
+    `score_error` (raise a scoring error), `close_error` (`aclose` raises), `role` (of the
+    messages `step` answers with), `wrong_return`
     (`reset` or `step` returns a wrong type: "reset_obs_only", "step_tuple", "step_dicts",
     "step_int_flag")."""
 
@@ -66,7 +67,7 @@ class TrackedEnv(Env[list[Message]]):
             if wrong == "step_int_flag":
                 return Step([], terminated=int(done))  # type: ignore[arg-type]
             return Step(
-                [Message(role="user", content=str(self.remaining))],
+                [Message(role=self.meta.get("role", "user"), content=str(self.remaining))],
                 reward=1.0 if done else 0.0,
                 terminated=done,
                 score=1.0 if done else None,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -141,6 +142,28 @@ async def test_an_env_returning_the_wrong_type_fails_only_its_episode(
     by_id = {t.task_id: t for t in out}
     error = by_id["task-0"].error
     assert error is not None and error.cause == "env_error" and message in error.message, error
+    assert by_id["task-1"].error is None and by_id["task-1"].terminated
+
+
+async def test_a_message_the_chat_template_cannot_render_fails_only_its_episode(
+    chat: ChatTokenizer,
+) -> None:
+    template = chat.tokenizer.chat_template
+    refusing = copy.copy(chat.tokenizer)
+    refusing.chat_template = (
+        "{% for m in messages %}{% if m.role == 'tool' %}"
+        "{{ raise_exception('tool role is not supported') }}{% endif %}{% endfor %}" + template
+    )
+    refusing_chat = ChatTokenizer(refusing)
+    out = await runner(replying(refusing_chat), refusing_chat).collect(
+        [task(0, label=2, role="tool"), task(1, label=2)]
+    )
+    by_id = {t.task_id: t for t in out}
+    error = by_id["task-0"].error
+    assert error is not None and error.cause == "env_error", error
+    assert "step: its observation cannot be tokenized" in error.message
+    assert "cannot render messages with roles ['tool']" in error.message
+    assert "tool role is not supported" in error.message
     assert by_id["task-1"].error is None and by_id["task-1"].terminated
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from agenthub import Message, Task
@@ -100,3 +102,21 @@ def test_rollback_drops_the_tail(chat: ChatTokenizer) -> None:
     session.add_generation(gen(chat, "abc"))
     session.rollback(n)
     assert len(session.tokens) == len(session.loss_mask) == len(session.logprobs) == n
+
+
+def test_a_template_that_leaves_a_message_out_is_refused(chat: ChatTokenizer) -> None:
+    dropping = copy.copy(chat.tokenizer)
+    # Renders only system, user and assistant turns, skipping any other role without a word.
+    dropping.chat_template = chat.tokenizer.chat_template.replace(
+        "{%- for message in messages %}",
+        "{%- for message in messages if message.role in ['system', 'user', 'assistant'] %}",
+    )
+    assert dropping.chat_template != chat.tokenizer.chat_template
+    dropping_chat = ChatTokenizer(dropping)
+    session = Session.start(dropping_chat, Task(id="t", prompt="x"), [])
+    session.add_generation(gen(dropping_chat, "call the tool"))
+    with pytest.raises(ChatTemplateError, match="leaves out the text of a 'tool' message"):
+        session.add_observation([Message(role="tool", content="20")], policy_version=0)
+    with pytest.raises(ChatTemplateError, match="leaves out the text of a 'tool' message"):
+        dropping_chat.encode_prompt([Message(role="user", content="x"),
+                                     Message(role="tool", content="20")])  # fmt: skip
