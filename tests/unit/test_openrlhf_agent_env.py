@@ -40,6 +40,26 @@ async def test_multi_turn_text_flows_as_in_openrlhf(fixtures: Path) -> None:
     await env.aclose()
 
 
+async def test_a_task_without_label_reaches_the_agent_as_empty_text(tmp_path: Path) -> None:
+    # OpenRLHF passes "" when the dataset has no label, and agent files rely on it being text
+    path = tmp_path / "agent_func.py"
+    path.write_text(
+        "from openrlhf.utils.agent import AgentInstanceBase\n"
+        "class AgentInstance(AgentInstanceBase):\n"
+        "    async def reset(self, states, **kw):\n"
+        "        self.label = states['label'].strip()\n"
+        "        return {'observation': states['observation']}\n"
+        "    async def step(self, states, **kw):\n"
+        "        label = states['label'].strip()\n"
+        "        return {'rewards': float(label == self.label == ''),\n"
+        "                'environment_feedback': '', 'done': True}\n"
+    )
+    env = make("openrlhf_agent", agent_func=str(path))
+    await env.reset(Task(id="t", prompt="p"))
+    assert (await env.step("x")).reward == 1.0
+    await env.aclose()
+
+
 async def test_blocking_agents_do_not_stall_each_other(fixtures: Path) -> None:
     async def episode(i: int) -> float:
         env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_blocking.py"))

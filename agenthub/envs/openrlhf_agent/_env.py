@@ -118,7 +118,9 @@ class OpenRLHFAgentEnv(Env[str]):
             self._loop = LoopThread(f"openrlhf-agent-{id(self):x}")
         prompt = render_plain(task)
         agent = await self._call("AgentInstance()", _construct(self._cls))
-        states = {"observation": prompt, "prompt": prompt, "label": task.label}
+        # OpenRLHF hands agents "" when a sample has no label; files call label.strip() on it
+        label = "" if task.label is None else task.label
+        states = {"observation": prompt, "prompt": prompt, "label": label}
         result = await self._call("reset", agent.reset(states))
         observation = result.get("observation") if isinstance(result, Mapping) else None
         if not isinstance(observation, str) or not observation.startswith(prompt):
@@ -126,7 +128,7 @@ class OpenRLHFAgentEnv(Env[str]):
                 f"{self._path}: AgentInstance.reset must return {{'observation': text}} where "
                 f"the text starts with the prompt it was given; got {str(result)[:200]!r}"
             )
-        self._agent, self._context, self._label = agent, observation, task.label
+        self._agent, self._context, self._label = agent, observation, label
         return observation[len(prompt) :], {}
 
     async def step(self, action: str) -> Step[str]:
