@@ -5,6 +5,7 @@ older and newer OpenRLHF versions both run (sync or `async def __init__`, `Agent
 no arguments or the old positional ones, rewards as tensors or floats).
 """
 
-from agenthub.envs.openrlhf_agent._env import OpenRLHFAgentEnv, load_agent_instance_class
+from agenthub.envs.openrlhf_agent._env import OpenRLHFAgentEnv
+from agenthub.envs.openrlhf_agent._load import load_agent_instance_class
 
 __all__ = ["OpenRLHFAgentEnv", "load_agent_instance_class"]
