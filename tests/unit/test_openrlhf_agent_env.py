@@ -103,10 +103,67 @@ async def test_cancelled_step_leaves_env_usable(fixtures: Path) -> None:
     await env.aclose()
 
 
+def test_an_executor_overriding_execute_is_refused_not_skipped(fixtures: Path) -> None:
+    # agenthub runs reset/step itself; running the file without its execute() would train on
+    # rewards the file never gives
+    with pytest.raises(AgentFuncError) as caught:
+        make("openrlhf_agent", agent_func=str(fixtures / "agent_func_custom_executor.py"))
+    assert "AgentExecutor overrides execute(), which agenthub never runs" in str(caught.value)
+    assert "Move that logic into AgentInstance.step" in str(caught.value)
+
+
+PASS_THROUGH = {
+    "as OpenRLHF's examples wrote it": (
+        "    async def execute(self, prompt, label, sampling_params):\n"
+        '        """Custom running logic would go here."""\n'
+        "        # You could override the execute function to add custom logic\n"
+        "        return await super().execute(prompt, label, sampling_params)\n"
+    ),
+    "with keywords and *args": (
+        "    async def execute(self, prompt, *args, label=None, **kwargs):\n"
+        "        return await super(AgentExecutor, self).execute(\n"
+        "            prompt, *args, label=label, **kwargs\n"
+        "        )\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("execute", PASS_THROUGH.values(), ids=PASS_THROUGH)
+def test_an_execute_that_only_calls_super_still_runs(tmp_path: Path, execute: str) -> None:
+    path = tmp_path / "agent_func.py"
+    path.write_text(EXECUTOR_FILE + execute)
+    make("openrlhf_agent", agent_func=str(path))
+
+
+EXECUTOR_FILE = (
+    "from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase\n"
+    "class AgentInstance(AgentInstanceBase):\n"
+    "    async def step(self, states, **kw):\n"
+    "        return {'rewards': 1.0, 'environment_feedback': '', 'done': True}\n"
+    "class AgentExecutor(AgentExecutorBase):\n"
+    "    def __init__(self, max_steps, max_length, llm_engine, result_queue):\n"
+    "        super().__init__(AgentInstance, max_steps, max_length, llm_engine, result_queue)\n"
+)
+
+
 @pytest.mark.parametrize(
     ("source", "message"),
     [
         ("x = 1\n", "defines no AgentInstance class"),
+        (  # an executor that samples the model itself, like OpenRLHF's OpenAI-server example
+            "from openrlhf.utils.agent import AgentExecutorBase\n"
+            "class AgentExecutor(AgentExecutorBase):\n"
+            "    async def execute(self, prompt, label, sampling_params, max_length,\n"
+            "                      hf_tokenizer, llm_engine):\n"
+            "        return await self.run_agent(prompt, label)\n",
+            "AgentExecutor overrides execute\\(\\), which agenthub never runs: it runs the "
+            "AgentInstance's reset/step itself",
+        ),
+        (
+            EXECUTOR_FILE + "    async def execute(self, prompt, label, sampling_params):\n"
+            "        return await super().execute(label, prompt, sampling_params)\n",
+            "overrides execute",
+        ),
         ("import not_installed_thing\n", "raised ModuleNotFoundError"),
         (
             "from openrlhf.utils.agent import AgentInstanceBase\n"
