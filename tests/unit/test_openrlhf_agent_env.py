@@ -60,6 +60,58 @@ async def test_a_task_without_label_reaches_the_agent_as_empty_text(tmp_path: Pa
     await env.aclose()
 
 
+def test_oldest_step_function_file_keeps_the_contract(fixtures: Path) -> None:
+    check_env(
+        lambda: make(
+            "openrlhf_agent",
+            agent_func=str(fixtures / "agent_func_step.py"),
+            dataset=str(fixtures / "tasks.jsonl"),
+        )
+    )
+
+
+async def test_step_function_text_flows_as_in_openrlhf(fixtures: Path) -> None:
+    env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_step.py"))
+    observation, _ = await env.reset(Task(id="t", prompt="Human: 2+3?\n\nAssistant: ", label="5"))
+    assert observation == ""
+    first = await env.step("It is 4.")
+    assert (first.observation, first.reward, first.done) == (
+        "\n\nHuman: [INCORRECT] Please try again.\n</s>\n\nAssistant: ",
+        0.0,
+        False,
+    )
+    second = await env.step("It is 5.")
+    assert (second.observation, second.reward, second.score) == (
+        "\n\nHuman: [CORRECT]\n</s>",
+        1.0,
+        1.0,
+    )
+    assert second.terminated and second.extra_logs == {"attempts": 2.0}
+    # a new episode runs a fresh copy of the file: its globals start over
+    await env.reset(Task(id="t", prompt="p", label="5"))
+    steps = [await env.step("no idea") for _ in range(3)]
+    assert [s.extra_logs["attempts"] for s in steps] == [1.0, 2.0, 3.0]
+    assert [s.terminated for s in steps] == [False, False, True]
+    await env.aclose()
+
+
+async def test_step_function_gets_the_whole_text_so_far(tmp_path: Path) -> None:
+    path = tmp_path / "agent_func.py"
+    path.write_text(
+        "async def step(observation, action, label, **kwargs):\n"
+        "    seen = f' [{len(observation)} chars, label {label!r}, {sorted(kwargs)}]'\n"
+        "    return {'rewards': 0.0, 'next_observation': observation + action + seen,\n"
+        "            'done': False}\n"
+    )
+    env = make("openrlhf_agent", agent_func=str(path))
+    await env.reset(Task(id="t", prompt="Q?"))
+    first = await env.step(" a")
+    assert first.observation == " [2 chars, label '', ['sampling_params']]"
+    second = await env.step(" b")
+    assert second.observation.startswith(f" [{len('Q? a' + first.observation)} chars")
+    await env.aclose()
+
+
 async def test_blocking_agents_do_not_stall_each_other(fixtures: Path) -> None:
     async def episode(i: int) -> float:
         env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_blocking.py"))
@@ -150,6 +202,25 @@ EXECUTOR_FILE = (
     ("source", "message"),
     [
         ("x = 1\n", "defines no AgentInstance class"),
+        (
+            "def step(observation, action, label, **kwargs):\n    return {}\n",
+            "its module-level step is not `async def step\\(observation, action, label",
+        ),
+        (
+            "async def step(observation, action, label, **kwargs):\n"
+            "    return {'rewards': 1.0, 'environment_feedback': '', 'done': True}\n",
+            "must return a dict with 'rewards', 'next_observation' and 'done'",
+        ),
+        (
+            "async def step(observation, action, label, **kwargs):\n"
+            "    return {'rewards': 1.0, 'next_observation': observation.upper() + action}\n",
+            "does not start with the observation and action it was given "
+            "\\(at character 0, 'px' became 'Px'\\)",
+        ),
+        (
+            "async def step(observation, action, label, **kwargs):\n    return 1 / 0\n",
+            "step\\(observation, action, label\\) raised ZeroDivisionError",
+        ),
         (  # an executor that samples the model itself, like OpenRLHF's OpenAI-server example
             "from openrlhf.utils.agent import AgentExecutorBase\n"
             "class AgentExecutor(AgentExecutorBase):\n"

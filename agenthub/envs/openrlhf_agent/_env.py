@@ -28,7 +28,9 @@ class OpenRLHFAgentEnv(Env[str]):
     Each episode gets a fresh `AgentInstance`, running on an event loop of its own so blocking
     code inside it never stalls other episodes. `reset` passes the prompt text and label;
     each `step` passes the conversation text so far and the model's reply, and the agent's
-    `environment_feedback` becomes the observation. `rewards`, `scores` and `extra_logs` may be
+    `environment_feedback` becomes the observation (a file with only a module-level `step`
+    runs through `StepFunctionAgent`, which turns its `next_observation` into that). A missing
+    label is passed as "", as OpenRLHF does. `rewards`, `scores` and `extra_logs` may be
     tensors or numbers; `done` ends the episode. Per-step `sampling_params` returned by the
     agent are ignored: sampling is set by whoever runs the episodes.
 

@@ -1,4 +1,4 @@
-"""Finding the `AgentInstance` class an OpenRLHF agent file defines."""
+"""Finding the `AgentInstance` class an OpenRLHF agent file defines, or amounts to."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 from agenthub._errors import AgentFuncError
 from agenthub.envs._files import import_user_file
 from agenthub.envs.openrlhf_agent import _compat
+from agenthub.envs.openrlhf_agent._step_func import StepFunctionAgent
 
 _classes: dict[tuple[Path, int], type] = {}
 _lock = threading.Lock()
@@ -36,12 +37,31 @@ def _import_agent_class(path: Path) -> type:
     if inspect.isclass(executor_cls):
         _refuse_custom_execute(executor_cls, path)
     cls = getattr(module, "AgentInstance", None) or _class_from_executor(module, path)
+    if cls is None and executor_cls is None and hasattr(module, "step"):
+        return _step_function_agent(module.step, path)
     if not (inspect.isclass(cls) and callable(getattr(cls, "step", None))):
         raise AgentFuncError(
             f"{path} defines no AgentInstance class with an async step(states) method; "
-            "define `class AgentInstance(AgentInstanceBase)` as in OpenRLHF's agent_func.py"
+            "define `class AgentInstance(AgentInstanceBase)` as in OpenRLHF's agent_func.py "
+            "(or, as in OpenRLHF's first agent API, a module-level "
+            "`async def step(observation, action, label, **kwargs)`)"
         )
     return cls
+
+
+def _step_function_agent(step: Any, path: Path) -> type:
+    try:
+        inspect.signature(step).bind("", "", "", sampling_params=None)
+        fits = inspect.iscoroutinefunction(step)
+    except (TypeError, ValueError):
+        fits = False
+    if not fits:
+        raise AgentFuncError(
+            f"{path} defines no AgentInstance class, and its module-level step is not "
+            "`async def step(observation, action, label, **kwargs)` as OpenRLHF's oldest agent "
+            "files define it; define one of the two"
+        )
+    return StepFunctionAgent.bind(path)
 
 
 def _refuse_custom_execute(executor_cls: type, path: Path) -> None:
