@@ -40,6 +40,78 @@ async def test_multi_turn_text_flows_as_in_openrlhf(fixtures: Path) -> None:
     await env.aclose()
 
 
+async def test_a_task_without_label_reaches_the_agent_as_empty_text(tmp_path: Path) -> None:
+    # OpenRLHF passes "" when the dataset has no label, and agent files rely on it being text
+    path = tmp_path / "agent_func.py"
+    path.write_text(
+        "from openrlhf.utils.agent import AgentInstanceBase\n"
+        "class AgentInstance(AgentInstanceBase):\n"
+        "    async def reset(self, states, **kw):\n"
+        "        self.label = states['label'].strip()\n"
+        "        return {'observation': states['observation']}\n"
+        "    async def step(self, states, **kw):\n"
+        "        label = states['label'].strip()\n"
+        "        return {'rewards': float(label == self.label == ''),\n"
+        "                'environment_feedback': '', 'done': True}\n"
+    )
+    env = make("openrlhf_agent", agent_func=str(path))
+    await env.reset(Task(id="t", prompt="p"))
+    assert (await env.step("x")).reward == 1.0
+    await env.aclose()
+
+
+def test_oldest_step_function_file_keeps_the_contract(fixtures: Path) -> None:
+    check_env(
+        lambda: make(
+            "openrlhf_agent",
+            agent_func=str(fixtures / "agent_func_step.py"),
+            dataset=str(fixtures / "tasks.jsonl"),
+        )
+    )
+
+
+async def test_step_function_text_flows_as_in_openrlhf(fixtures: Path) -> None:
+    env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_step.py"))
+    observation, _ = await env.reset(Task(id="t", prompt="Human: 2+3?\n\nAssistant: ", label="5"))
+    assert observation == ""
+    first = await env.step("It is 4.")
+    assert (first.observation, first.reward, first.done) == (
+        "\n\nHuman: [INCORRECT] Please try again.\n</s>\n\nAssistant: ",
+        0.0,
+        False,
+    )
+    second = await env.step("It is 5.")
+    assert (second.observation, second.reward, second.score) == (
+        "\n\nHuman: [CORRECT]\n</s>",
+        1.0,
+        1.0,
+    )
+    assert second.terminated and second.extra_logs == {"attempts": 2.0}
+    # a new episode runs a fresh copy of the file: its globals start over
+    await env.reset(Task(id="t", prompt="p", label="5"))
+    steps = [await env.step("no idea") for _ in range(3)]
+    assert [s.extra_logs["attempts"] for s in steps] == [1.0, 2.0, 3.0]
+    assert [s.terminated for s in steps] == [False, False, True]
+    await env.aclose()
+
+
+async def test_step_function_gets_the_whole_text_so_far(tmp_path: Path) -> None:
+    path = tmp_path / "agent_func.py"
+    path.write_text(
+        "async def step(observation, action, label, **kwargs):\n"
+        "    seen = f' [{len(observation)} chars, label {label!r}, {sorted(kwargs)}]'\n"
+        "    return {'rewards': 0.0, 'next_observation': observation + action + seen,\n"
+        "            'done': False}\n"
+    )
+    env = make("openrlhf_agent", agent_func=str(path))
+    await env.reset(Task(id="t", prompt="Q?"))
+    first = await env.step(" a")
+    assert first.observation == " [2 chars, label '', ['sampling_params']]"
+    second = await env.step(" b")
+    assert second.observation.startswith(f" [{len('Q? a' + first.observation)} chars")
+    await env.aclose()
+
+
 async def test_blocking_agents_do_not_stall_each_other(fixtures: Path) -> None:
     async def episode(i: int) -> float:
         env = make("openrlhf_agent", agent_func=str(fixtures / "agent_func_blocking.py"))
@@ -83,10 +155,86 @@ async def test_cancelled_step_leaves_env_usable(fixtures: Path) -> None:
     await env.aclose()
 
 
+def test_an_executor_overriding_execute_is_refused_not_skipped(fixtures: Path) -> None:
+    # agenthub runs reset/step itself; running the file without its execute() would train on
+    # rewards the file never gives
+    with pytest.raises(AgentFuncError) as caught:
+        make("openrlhf_agent", agent_func=str(fixtures / "agent_func_custom_executor.py"))
+    assert "AgentExecutor overrides execute(), which agenthub never runs" in str(caught.value)
+    assert "Move that logic into AgentInstance.step" in str(caught.value)
+
+
+PASS_THROUGH = {
+    "as OpenRLHF's examples wrote it": (
+        "    async def execute(self, prompt, label, sampling_params):\n"
+        '        """Custom running logic would go here."""\n'
+        "        # You could override the execute function to add custom logic\n"
+        "        return await super().execute(prompt, label, sampling_params)\n"
+    ),
+    "with keywords and *args": (
+        "    async def execute(self, prompt, *args, label=None, **kwargs):\n"
+        "        return await super(AgentExecutor, self).execute(\n"
+        "            prompt, *args, label=label, **kwargs\n"
+        "        )\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("execute", PASS_THROUGH.values(), ids=PASS_THROUGH)
+def test_an_execute_that_only_calls_super_still_runs(tmp_path: Path, execute: str) -> None:
+    path = tmp_path / "agent_func.py"
+    path.write_text(EXECUTOR_FILE + execute)
+    make("openrlhf_agent", agent_func=str(path))
+
+
+EXECUTOR_FILE = (
+    "from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase\n"
+    "class AgentInstance(AgentInstanceBase):\n"
+    "    async def step(self, states, **kw):\n"
+    "        return {'rewards': 1.0, 'environment_feedback': '', 'done': True}\n"
+    "class AgentExecutor(AgentExecutorBase):\n"
+    "    def __init__(self, max_steps, max_length, llm_engine, result_queue):\n"
+    "        super().__init__(AgentInstance, max_steps, max_length, llm_engine, result_queue)\n"
+)
+
+
 @pytest.mark.parametrize(
     ("source", "message"),
     [
         ("x = 1\n", "defines no AgentInstance class"),
+        (
+            "def step(observation, action, label, **kwargs):\n    return {}\n",
+            "its module-level step is not `async def step\\(observation, action, label",
+        ),
+        (
+            "async def step(observation, action, label, **kwargs):\n"
+            "    return {'rewards': 1.0, 'environment_feedback': '', 'done': True}\n",
+            "must return a dict with 'rewards', 'next_observation' and 'done'",
+        ),
+        (
+            "async def step(observation, action, label, **kwargs):\n"
+            "    return {'rewards': 1.0, 'next_observation': observation.upper() + action}\n",
+            "does not start with the observation and action it was given "
+            "\\(at character 0, 'px' became 'Px'\\)",
+        ),
+        (
+            "async def step(observation, action, label, **kwargs):\n    return 1 / 0\n",
+            "step\\(observation, action, label\\) raised ZeroDivisionError",
+        ),
+        (  # an executor that samples the model itself, like OpenRLHF's OpenAI-server example
+            "from openrlhf.utils.agent import AgentExecutorBase\n"
+            "class AgentExecutor(AgentExecutorBase):\n"
+            "    async def execute(self, prompt, label, sampling_params, max_length,\n"
+            "                      hf_tokenizer, llm_engine):\n"
+            "        return await self.run_agent(prompt, label)\n",
+            "AgentExecutor overrides execute\\(\\), which agenthub never runs: it runs the "
+            "AgentInstance's reset/step itself",
+        ),
+        (
+            EXECUTOR_FILE + "    async def execute(self, prompt, label, sampling_params):\n"
+            "        return await super().execute(label, prompt, sampling_params)\n",
+            "overrides execute",
+        ),
         ("import not_installed_thing\n", "raised ModuleNotFoundError"),
         (
             "from openrlhf.utils.agent import AgentInstanceBase\n"

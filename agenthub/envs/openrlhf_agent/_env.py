@@ -1,66 +1,16 @@
 from __future__ import annotations
 
 import inspect
-import threading
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from agenthub._env import Env
 from agenthub._errors import AgentFuncError
 from agenthub._types import Step, Task
-from agenthub.envs._files import import_user_file
 from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain
-from agenthub.envs.openrlhf_agent import _compat
+from agenthub.envs.openrlhf_agent._load import load_agent_instance_class
 from agenthub.envs.openrlhf_agent._loop import LoopThread
 from agenthub.envs.reward_func._output import parse_reward_output
-
-_classes: dict[tuple[Path, int], type] = {}
-_lock = threading.Lock()
-
-
-def load_agent_instance_class(path: str | Path) -> type:
-    """The `AgentInstance` class an OpenRLHF agent file defines (imported once per change)."""
-    path = Path(path).expanduser().resolve()
-    if not path.is_file():
-        raise AgentFuncError(f"agent file {path} does not exist")
-    key = (path, path.stat().st_mtime_ns)
-    with _lock:
-        if key not in _classes:
-            _classes[key] = _import_agent_class(path)
-    return _classes[key]
-
-
-def _import_agent_class(path: Path) -> type:
-    _compat.install()
-    module = import_user_file(path, kind="agent", error=AgentFuncError)
-    cls = getattr(module, "AgentInstance", None) or _class_from_executor(module, path)
-    if not (inspect.isclass(cls) and callable(getattr(cls, "step", None))):
-        raise AgentFuncError(
-            f"{path} defines no AgentInstance class with an async step(states) method; "
-            "define `class AgentInstance(AgentInstanceBase)` as in OpenRLHF's agent_func.py"
-        )
-    return cls
-
-
-def _class_from_executor(module: Any, path: Path) -> type | None:
-    executor_cls = getattr(module, "AgentExecutor", None)
-    if executor_cls is None:
-        return None
-    params = [
-        p
-        for p in inspect.signature(executor_cls.__init__).parameters.values()
-        if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
-    ][1:]  # old OpenRLHF: (max_steps, max_length, llm_engine, [hf_tokenizer,] result_queue)
-    try:
-        executor = executor_cls(*[None] * len(params))
-    except Exception as exc:
-        raise AgentFuncError(
-            f"{path}: AgentExecutor() raised {type(exc).__name__}: {exc}; agenthub builds it "
-            "only to find its AgentInstance class, so define AgentInstance at module level"
-        ) from exc
-    found = getattr(executor, "agent_instance_cls", None)
-    return found if inspect.isclass(found) else None
 
 
 async def _construct(cls: Any) -> Any:
@@ -78,7 +28,9 @@ class OpenRLHFAgentEnv(Env[str]):
     Each episode gets a fresh `AgentInstance`, running on an event loop of its own so blocking
     code inside it never stalls other episodes. `reset` passes the prompt text and label;
     each `step` passes the conversation text so far and the model's reply, and the agent's
-    `environment_feedback` becomes the observation. `rewards`, `scores` and `extra_logs` may be
+    `environment_feedback` becomes the observation (a file with only a module-level `step`
+    runs through `StepFunctionAgent`, which turns its `next_observation` into that). A missing
+    label is passed as "", as OpenRLHF does. `rewards`, `scores` and `extra_logs` may be
     tensors or numbers; `done` ends the episode. Per-step `sampling_params` returned by the
     agent are ignored: sampling is set by whoever runs the episodes.
 
@@ -118,7 +70,9 @@ class OpenRLHFAgentEnv(Env[str]):
             self._loop = LoopThread(f"openrlhf-agent-{id(self):x}")
         prompt = render_plain(task)
         agent = await self._call("AgentInstance()", _construct(self._cls))
-        states = {"observation": prompt, "prompt": prompt, "label": task.label}
+        # OpenRLHF hands agents "" when a sample has no label; files call label.strip() on it
+        label = "" if task.label is None else task.label
+        states = {"observation": prompt, "prompt": prompt, "label": label}
         result = await self._call("reset", agent.reset(states))
         observation = result.get("observation") if isinstance(result, Mapping) else None
         if not isinstance(observation, str) or not observation.startswith(prompt):
@@ -126,7 +80,7 @@ class OpenRLHFAgentEnv(Env[str]):
                 f"{self._path}: AgentInstance.reset must return {{'observation': text}} where "
                 f"the text starts with the prompt it was given; got {str(result)[:200]!r}"
             )
-        self._agent, self._context, self._label = agent, observation, task.label
+        self._agent, self._context, self._label = agent, observation, label
         return observation[len(prompt) :], {}
 
     async def step(self, action: str) -> Step[str]:
