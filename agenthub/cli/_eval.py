@@ -349,11 +349,13 @@ def _progress() -> Progress:
 
 
 def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
-    """Mean reward and score, pass@k when every score is 0 or 1, errors by cause, tokens."""
+    """Mean reward and score, pass@k when every score is 0 or 1, errors by cause, tokens, the
+    mean of each `extra_logs` key over the episodes that logged it. An
+    episode that ended in an error counts as reward and score 0, whatever it earned first."""
     n = len(trajectories)
     by_task: dict[str, list[float]] = {}
     for t in trajectories:
-        by_task.setdefault(t.task_id, []).append(t.success_score)
+        by_task.setdefault(t.task_id, []).append(0.0 if t.error else t.success_score)
     scores = [s for group in by_task.values() for s in group]
     binary = n > 0 and all(s in (0.0, 1.0) for s in scores)
     pass_at: dict[str, float] | None = None
@@ -364,10 +366,14 @@ def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
             if values:
                 pass_at[f"pass@{j}"] = sum(values) / len(values)
     generated = sum(t.num_generated_tokens for t in trajectories)
+    logs: dict[str, list[float]] = {}
+    for t in trajectories:
+        for key, value in t.extra_logs.items():
+            logs.setdefault(key, []).append(value)
     return {
         "episodes": n,
         "tasks": len(by_task),
-        "mean_reward": sum(t.reward for t in trajectories) / n if n else None,
+        "mean_reward": sum(0.0 if t.error else t.reward for t in trajectories) / n if n else None,
         "mean_score": sum(scores) / n if n else None,
         "pass_at_k": pass_at,
         "terminated": sum(t.terminated for t in trajectories),
@@ -379,6 +385,7 @@ def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
             "mean_generated_per_episode": generated / n if n else None,
         },
         "mean_turns": sum(t.num_turns for t in trajectories) / n if n else None,
+        "extra_logs": {key: sum(values) / len(values) for key, values in sorted(logs.items())},
     }
 
 

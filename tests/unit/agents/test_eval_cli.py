@@ -40,6 +40,16 @@ def test_summary_has_mean_reward_pass_at_k_errors_and_tokens() -> None:
     assert summary["pass_at_k"] == {"pass@1": 0.25, "pass@2": 0.5}
     assert summary["errors"] == {"env_error": 1}
     assert summary["tokens"] == {"total": 12, "generated": 8, "mean_generated_per_episode": 2.0}
+    logged = [traj("a", 1.0).model_copy(update={"extra_logs": {"format": f}}) for f in (0, 1)]
+    assert summarize([*logged, traj("b", 0.0)], k=1)["extra_logs"] == {"format": 0.5}
+
+
+def test_an_episode_that_ended_in_an_error_counts_as_zero() -> None:
+    # It earned 0.2 on its first step, then the env raised.
+    runs = [traj("a", 1.0), traj("a", 0.2, cause="env_error")]
+    summary = summarize(runs, k=2)
+    assert (summary["mean_reward"], summary["mean_score"]) == (0.5, 0.5)
+    assert summary["pass_at_k"] == {"pass@1": 0.5, "pass@2": 1.0}
 
 
 def test_pass_at_k_only_for_binary_scores() -> None:
