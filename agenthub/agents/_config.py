@@ -31,6 +31,7 @@ class RolloutConfig:
 
     - `sampling`: how each reply is sampled; its `max_tokens` bounds one reply.
     - `max_turns`: replies per episode; an episode still going after that is `truncated`.
+      `None` (the default) leaves the number of turns to the env, within `max_tokens`.
     - `max_tokens`: the longest token sequence (prompt, replies and env messages) an episode
       may reach; `None` means the engine's context length. Running out is `truncated`.
     - `concurrency`: episodes in flight at once (each with its own env instance).
@@ -43,7 +44,7 @@ class RolloutConfig:
     """
 
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    max_turns: int = 8
+    max_turns: int | None = None
     max_tokens: int | None = None
     concurrency: int = 32
     n_samples_per_prompt: int = 1
@@ -53,7 +54,7 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "concurrency", "n_samples_per_prompt"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_tokens is not None and self.max_tokens < 2:
             raise ValueError(f"max_tokens must be at least 2, got {self.max_tokens}")

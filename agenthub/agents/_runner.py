@@ -236,7 +236,8 @@ class EpisodeRunner:
             limit = min(limit, config.max_tokens)
         while True:
             room = limit - len(session)
-            if state.turns >= config.max_turns or room < 1:
+            out_of_turns = config.max_turns is not None and state.turns >= config.max_turns
+            if out_of_turns or room < 1:
                 state.truncated = True
                 return
             generation = await self._generate(session, task, sample, state, room)

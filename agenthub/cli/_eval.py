@@ -77,7 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", type=int, default=None, metavar="N", help="tasks to run (all)")
     parser.add_argument("-k", type=int, default=1, metavar="K", help="samples per task")
     parser.add_argument("--concurrency", type=int, default=32, metavar="C")
-    parser.add_argument("--max-turns", type=int, default=8, metavar="T")
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        metavar="T",
+        help="cut episodes after T replies (default: the env ends them, within --max-tokens)",
+    )
     parser.add_argument(
         "--max-tokens",
         type=int,

@@ -54,8 +54,9 @@ class RolloutSettings(_Section):
     """Nucleus sampling of training episodes."""
     max_reply_tokens: int = Field(160, ge=1)
     """Tokens per model reply."""
-    max_turns: int = Field(3, ge=1)
-    """Replies per episode; an episode still going after that is truncated."""
+    max_turns: int | None = Field(None, ge=1)
+    """Replies per episode; an episode still going after that is truncated. Unset, the env
+    decides when its episodes end (within `max_tokens`)."""
     chat_template: bool = True
     """Render prompts through the tokenizer's chat template; false tokenizes text prompts as
     they are (prompts already templated, base models)."""

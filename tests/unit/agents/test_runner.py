@@ -282,3 +282,10 @@ async def test_a_judge_that_cannot_judge_is_a_typed_error_on_that_episode_only(
     assert failed.error is not None and failed.error.cause == "env_error"
     assert "JudgeError" in failed.error.message and failed.reward == 0.0
     assert 1 in failed.loss_mask, "what the model said is kept for inspection"
+
+
+async def test_without_max_turns_the_env_decides_when_its_episode_ends(
+    chat: ChatTokenizer,
+) -> None:
+    [t] = await runner(replying(chat), chat).collect([task(label=12)])
+    assert (t.num_turns, t.terminated, t.truncated) == (12, True, False)
