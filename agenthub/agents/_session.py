@@ -20,8 +20,16 @@ class Session:
     text. Nothing already in the sequence is ever re-tokenized.
     """
 
-    def __init__(self, chat: ChatTokenizer, prompt_ids: list[int], policy_version: int) -> None:
+    def __init__(
+        self,
+        chat: ChatTokenizer,
+        prompt_ids: list[int],
+        policy_version: int,
+        *,
+        chat_template: bool = True,
+    ) -> None:
         self.chat = chat
+        self.chat_template = chat_template
         self.tokens: list[int] = []
         self.loss_mask: list[int] = []
         self.logprobs: list[float] = []
@@ -65,7 +73,7 @@ class Session:
             )
         if isinstance(observation, str):
             ids += chat.encode_text(observation)
-        return cls(chat, ids, policy_version)
+        return cls(chat, ids, policy_version, chat_template=chat_template)
 
     def add_generation(self, generation: Generation) -> str:
         """Append the sampled tokens as they are; return their text (the env's action)."""
@@ -88,6 +96,11 @@ class Session:
         if isinstance(observation, str):
             self._append_context(self.chat.encode_text(observation), policy_version)
             return
+        if observation and not self.chat_template:
+            raise ChatTemplateError(
+                "the env answered with chat messages but the chat template is turned off; "
+                "turn it on, or have the env answer with text"
+            )
         ids: list[int] = []
         if self._open_turn is not None:
             ids += self.chat.missing_closing(self._open_turn)

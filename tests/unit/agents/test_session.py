@@ -94,6 +94,10 @@ def test_chat_prompt_without_chat_template_is_refused(chat: ChatTokenizer) -> No
     messages = [Message(role="user", content="Begin.")]
     with pytest.raises(ChatTemplateError, match="answered reset on task 't' with chat messages"):
         Session.start(chat, Task(id="t", prompt="hi"), messages, chat_template=False)
+    session = Session.start(chat, Task(id="t", prompt="hi"), "", chat_template=False)
+    session.add_generation(gen(chat, " there"))
+    with pytest.raises(ChatTemplateError, match="answered with chat messages but the chat temp"):
+        session.add_observation(messages, policy_version=0)
 
 
 def test_rollback_drops_the_tail(chat: ChatTokenizer) -> None:
