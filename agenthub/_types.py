@@ -33,8 +33,8 @@ class Task(BaseModel):
 
     `prompt` is the opening of the conversation: plain text or chat messages. `label` is whatever
     the environment needs to score an answer (a reference answer, unit tests, ...); it must be
-    JSON so tasks can be stored, shipped to Ray workers and replayed. `metadata` is JSON too and
-    is carried into trajectories untouched.
+    JSON so tasks can be stored, shipped to Ray workers and replayed. `metadata` is JSON too,
+    for the env (and people) to read; a trajectory names its task by `id`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

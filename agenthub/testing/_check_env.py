@@ -53,7 +53,7 @@ def check_env(
     `env` is an instance, a zero-argument factory, or a registered id. The checker plays a few
     episodes with `actions` (cycled) on `tasks` (by default the env's first two `train`
     tasks), one of them opening with the task's answer where it has one (`metadata["reference"]`
-    or a text `label`), and checks: types of everything returned, JSON-serialisable tasks,
+    or a text or number `label`), and checks: types of everything returned, JSON-serialisable tasks,
     observations and info, that episodes end within `max_steps`, that the same seed and actions
     replay the same episode, that a cancelled `reset` or `step` leaves the env usable, that
     `aclose` is idempotent, that `env.spec` round-trips through JSON, and that no call blocks
@@ -346,11 +346,15 @@ class _Checker:
 
 def _answer(task: Task) -> str | None:
     """A reply that should win the task, so the winning branch of `step` is played too: the
-    correct response built-in tasks keep in `metadata["reference"]`, else a text label."""
+    correct response built-in tasks keep in `metadata["reference"]`, else a text or number
+    label."""
     reference = task.metadata.get("reference")
     if isinstance(reference, str):
         return reference
-    return task.label if isinstance(task.label, str) else None
+    label = task.label
+    if isinstance(label, bool) or not isinstance(label, str | int | float):
+        return None
+    return str(label)
 
 
 def _first_difference(a: list[_Turn], b: list[_Turn]) -> str:

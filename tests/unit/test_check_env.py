@@ -106,10 +106,12 @@ class GuessEnv(Env[list[Message]]):
     [
         Task(id="capital", prompt="Capital of France?", label="Paris"),
         Task(id="capital", prompt="Capital of France?", label=0, metadata={"reference": "Paris"}),
+        Task(id="capital", prompt="Dozen plus one?", label=13),
     ],
 )
 def test_the_answer_is_played_so_a_broken_winning_branch_shows(task: Task) -> None:
-    message = "step #1 of task 'capital' with action 'Paris' raised TypeError: Step.reward"
+    answer = task.metadata.get("reference", task.label)
+    message = f"step #1 of task 'capital' with action '{answer}' raised TypeError: Step.reward"
     with pytest.raises(CheckEnvError, match=message):
         check_env(GuessEnv(), tasks=[task])
 
