@@ -11,11 +11,15 @@ from agenthub.testing import check_env
 pytestmark = pytest.mark.anyio
 
 
-def test_current_style_agent_file_keeps_the_contract(fixtures: Path) -> None:
+@pytest.mark.parametrize(
+    "agent_file",
+    ["agent_func_new.py", "agent_func_step.py"],  # the current form; the first, a step function
+)
+def test_agent_files_keep_the_contract(fixtures: Path, agent_file: str) -> None:
     check_env(
         lambda: make(
             "openrlhf_agent",
-            agent_func=str(fixtures / "agent_func_new.py"),
+            agent_func=str(fixtures / agent_file),
             dataset=str(fixtures / "tasks.jsonl"),
         )
     )
@@ -58,16 +62,6 @@ async def test_a_task_without_label_reaches_the_agent_as_empty_text(tmp_path: Pa
     await env.reset(Task(id="t", prompt="p"))
     assert (await env.step("x")).reward == 1.0
     await env.aclose()
-
-
-def test_oldest_step_function_file_keeps_the_contract(fixtures: Path) -> None:
-    check_env(
-        lambda: make(
-            "openrlhf_agent",
-            agent_func=str(fixtures / "agent_func_step.py"),
-            dataset=str(fixtures / "tasks.jsonl"),
-        )
-    )
 
 
 async def test_step_function_text_flows_as_in_openrlhf(fixtures: Path) -> None:

@@ -114,6 +114,25 @@ def test_reward_and_agent_files_can_be_given_as_flags(
     assert code == 1 and "--reward-func and reward_func= disagree" in capsys.readouterr().err
 
 
+def _record_generations(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[list[int], SamplingParams]]:
+    """Make eval's engine a FakeEngine that replies "3" and records each request."""
+    calls: list[tuple[list[int], SamplingParams]] = []
+
+    class Recorder(FakeEngine):
+        async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+            calls.append((list(prompt_ids), sampling))
+            return await super().generate(prompt_ids, sampling)
+
+    async def fake_engine(args: Any) -> tuple[ChatTokenizer, FakeEngine]:
+        ids = [*chat.encode_text("3"), chat.closing_ids[0]]
+        return chat, Recorder(lambda prompt: ids, stop_token_ids=chat.stop_token_ids)
+
+    monkeypatch.setattr(_eval, "_build_engine", fake_engine)
+    return calls
+
+
 def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
     tmp_path: Path,
     chat: ChatTokenizer,
@@ -121,22 +140,11 @@ def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
-    seeds: list[int | None] = []  # each generation's sampling seed, derived from its sample
-
-    class SeedRecorder(FakeEngine):
-        async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
-            seeds.append(sampling.seed)
-            return await super().generate(prompt_ids, sampling)
-
-    async def fake_engine(args: Any) -> tuple[ChatTokenizer, FakeEngine]:
-        ids = [*chat.encode_text("3"), chat.closing_ids[0]]
-        return chat, SeedRecorder(lambda prompt: ids, stop_token_ids=chat.stop_token_ids)
-
-    monkeypatch.setattr(_eval, "_build_engine", fake_engine)
+    calls = _record_generations(chat, monkeypatch)
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out"
 
     def evaluate(broken: bool) -> str:
-        seeds.clear()
+        calls.clear()
         meta = {"fail_at": 1} if broken else {}
         rows = [{"id": "a", "prompt": "Go.", "label": 1, **meta}, {"id": "b", "prompt": "Go."}]
         rows[1]["label"] = 1
@@ -162,7 +170,8 @@ def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
     ]  # fmt: skip
     assert all(t.error is None for t in again) and len(lost) == 1
     # The lost sample is played as itself, with its own seed, not as a repeat of sample 0.
-    assert sorted(map(str, seeds)) == sorted(
+    # Each generation's sampling seed is derived from its sample.
+    assert sorted(str(sampling.seed) for _, sampling in calls) == sorted(
         str(_derive_seed(0, task, sample, 0))
         for task, sample in (("a", 0), ("a", 1), ("a", 2), ("b", 1))
     )
@@ -175,18 +184,7 @@ def test_no_chat_template_tokenizes_text_prompts_as_they_are(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    prompts: list[list[int]] = []
-
-    class PromptRecorder(FakeEngine):
-        async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
-            prompts.append(list(prompt_ids))
-            return await super().generate(prompt_ids, sampling)
-
-    async def fake_engine(args: Any) -> tuple[ChatTokenizer, FakeEngine]:
-        ids = [*chat.encode_text("3"), chat.closing_ids[0]]
-        return chat, PromptRecorder(lambda prompt: ids, stop_token_ids=chat.stop_token_ids)
-
-    monkeypatch.setattr(_eval, "_build_engine", fake_engine)
+    calls = _record_generations(chat, monkeypatch)
     reward, tasks = tmp_path / "reward.py", tmp_path / "tasks.jsonl"
     reward.write_text("def reward_func(queries, prompts, labels):\n    return [1.0]\n")
     templated = "<|im_start|>user\nGo.<|im_end|>\n<|im_start|>assistant\n"
@@ -194,10 +192,11 @@ def test_no_chat_template_tokenizes_text_prompts_as_they_are(
     command = ["eval", "--env", "reward_func", f"reward_func={reward}", "--tasks", str(tasks)]
 
     assert main([*command, "--out", str(tmp_path / "raw"), "--no-chat-template"]) == 0
-    assert prompts == [chat.encode_text(templated)]
+    assert [prompt for prompt, _ in calls] == [chat.encode_text(templated)]
     # A run is resumed only with the same setting.
     assert main([*command, "--out", str(tmp_path / "raw")]) == 1
     assert "holds an eval run with different chat_template" in capsys.readouterr().err
-    prompts.clear()
+    calls.clear()
     assert main([*command, "--out", str(tmp_path / "templated")]) == 0
-    assert prompts == [chat.encode_prompt([agenthub.Message(role="user", content=templated)])]
+    expected = chat.encode_prompt([agenthub.Message(role="user", content=templated)])
+    assert [prompt for prompt, _ in calls] == [expected]
