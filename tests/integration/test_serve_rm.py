@@ -54,9 +54,15 @@ def serve_rm(*args: str) -> Iterator[str]:
         yield base
     finally:
         proc.terminate()
-        proc.wait(30)
-        if proc.stderr:
-            proc.stderr.close()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("serve-rm did not stop within 30 s of SIGTERM") from None
+        finally:
+            if proc.stderr:
+                proc.stderr.close()
 
 
 @pytest.fixture(scope="module")
@@ -200,3 +206,15 @@ def test_sequence_classification_model_is_served(tmp_path: Path) -> None:
     assert len(one["rewards"]) == 1 and len(two["rewards"]) == 2
     assert two["rewards"][0] == pytest.approx(one["rewards"][0], abs=1e-4), "padding is masked"
     assert two["rewards"][0] != two["rewards"][1]
+
+
+def test_a_model_failing_on_a_query_answers_500_and_keeps_serving(tmp_path: Path) -> None:
+    _tiny_classifier(tmp_path)
+    with serve_rm("--model", str(tmp_path)) as base:
+        too_long = httpx.post(f"{base}/get_reward", json={"query": ["a " * 300]}, timeout=30)
+        after = httpx.post(f"{base}/get_reward", json={"query": ["abc"]}, timeout=30)
+        health = httpx.get(f"{base}/health", timeout=30)
+    assert too_long.status_code == 500, "more positions than the model has fail its forward"
+    assert "scoring failed: RuntimeError: " in too_long.json()["detail"]
+    assert after.status_code == 200 and len(after.json()["rewards"]) == 1
+    assert health.json()["status"] == "ok" and health.json()["failed"] == 1

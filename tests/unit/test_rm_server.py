@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
 from agenthub.envs.judge._rm_server import BadRequest, build_app, parse_request
-from agenthub.envs.reward_func import RewardFunction
+from agenthub.envs.reward_func import RewardFunction, RewardOutput
+from tests.tiny_model import build_sequence_classifier
 
 
 @pytest.mark.parametrize(
@@ -55,3 +59,104 @@ def test_labels_stay_optional_for_a_scorer_that_does_not_read_them() -> None:
     with TestClient(build_app(function, name="no labels")) as client:
         answer = client.post("/get_reward", json={"query": ["a", ""]})
     assert answer.status_code == 200 and answer.json() == {"rewards": [1.0, 0.0]}
+
+
+class _FailsOnce:
+    """A scorer whose first batch raises (as a model's forward pass can), and later ones work."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error: BaseException | None = error
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return RewardOutput(rewards=[float(len(q)) for q in queries])
+
+
+@pytest.mark.timeout(30)
+def test_a_scorer_exception_fails_its_request_with_the_reason_and_the_server_keeps_scoring() -> (
+    None
+):
+    scorer = _FailsOnce(ValueError("Cannot handle batch sizes > 1 if no padding token is defined."))
+    with TestClient(build_app(scorer, name="flaky")) as client:
+        failed = client.post("/get_reward", json={"query": ["ab", "c"]})
+        later = client.post("/get_reward", json={"query": ["ab", "c"]})
+        health = client.get("/health")
+    assert failed.status_code == 500
+    assert failed.json()["detail"] == (
+        "scoring failed: ValueError: Cannot handle batch sizes > 1 if no padding token is "
+        "defined. (the server's log has the traceback)"
+    )
+    assert later.status_code == 200 and later.json() == {"rewards": [2.0, 1.0]}
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok" and health.json()["failed"] == 1
+
+
+class _Crash(BaseException):
+    """Not an `Exception`: what no scorer is expected to raise."""
+
+
+@pytest.mark.timeout(30)
+def test_a_server_whose_scoring_loop_stopped_says_so_instead_of_claiming_health() -> None:
+    with TestClient(build_app(_FailsOnce(_Crash("worker gone")), name="crashing")) as client:
+        failed = client.post("/get_reward", json={"query": ["a"]})
+        later = client.post("/get_reward", json={"query": ["a"]})
+        health = client.get("/health")
+    reason = "the scoring loop stopped on _Crash: worker gone; restart agenthub serve-rm"
+    assert (failed.status_code, failed.json()) == (503, {"detail": f"scoring failed: {reason}"})
+    assert (later.status_code, later.json()) == (503, {"detail": f"scoring failed: {reason}"})
+    assert health.status_code == 503
+    assert health.json()["status"] == "stopped" and health.json()["reason"] == reason
+
+
+class _RefusesBad:
+    """Scores each query by its length and raises for a batch holding "bad"; the first batch
+    waits for `gate`, so the requests sent meanwhile queue up and are batched together."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
+        self.gate.wait(10)
+        if "bad" in queries:
+            raise ValueError("cannot score 'bad'")
+        return RewardOutput(rewards=[float(len(q)) for q in queries])
+
+
+@pytest.mark.timeout(30)
+def test_a_failing_request_does_not_fail_the_requests_batched_with_it() -> None:
+    scorer = _RefusesBad()
+    answers: dict[str, Any] = {}
+    with TestClient(build_app(scorer, name="refuses bad")) as client:
+
+        def post(query: str) -> None:
+            answers[query] = client.post("/get_reward", json={"query": [query]})
+
+        threads = [threading.Thread(target=post, args=(q,)) for q in ("first", "good", "bad")]
+        threads[0].start()
+        while client.get("/health").json()["batches"] < 1:
+            time.sleep(0.01)
+        for thread in threads[1:]:
+            thread.start()
+        while client.get("/health").json()["requests"] < 3:
+            time.sleep(0.01)
+        scorer.gate.set()
+        for thread in threads:
+            thread.join(10)
+        health = client.get("/health").json()
+    assert answers["first"].json() == {"rewards": [5.0]}
+    assert answers["good"].json() == {"rewards": [4.0]}
+    assert answers["bad"].status_code == 500
+    assert "ValueError: cannot score 'bad'" in answers["bad"].json()["detail"]
+    assert health["batches"] == 4, "first, then good and bad together, then each alone"
+
+
+def test_a_model_whose_config_names_no_pad_token_scores_batches(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from agenthub.envs.judge._rm_server import SequenceClassifierScorer
+
+    scorer = SequenceClassifierScorer(str(build_sequence_classifier(tmp_path)))
+    alone = scorer(["Hello"], [""], [None]).rewards
+    batched = scorer(["Hello", "Count down with me"], ["", ""], [None, None]).rewards
+    assert len(batched) == 2 and batched[0] == pytest.approx(alone[0], abs=1e-5)
