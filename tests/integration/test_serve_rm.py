@@ -87,7 +87,6 @@ def test_reward_function_is_served_over_the_openrlhf_protocol(plain_server: str)
         ('["a"]', 422, "JSON object"),
         ("{}", 422, "missing field 'query'"),
         ('{"quer": ["a"]}', 422, r"missing field 'query' \(fields sent: 'quer'\)"),
-        ('{"query": []}', 422, "empty"),
         ('{"query": [1, 2]}', 422, "list of strings"),
         ('{"query": ["a", "b"], "prompts": ["a"]}', 422, r"'prompts' .* \(2\), got 1 items"),
         ('{"query": ["a"], "labels": "x"}', 422, "'labels' must be a list"),
@@ -100,6 +99,13 @@ def test_malformed_bodies_get_a_clear_4xx(
     answer = httpx.post(f"{plain_server}/get_reward", content=content, timeout=30)
     assert answer.status_code == status
     assert re.search(message, answer.json()["detail"])
+
+
+def test_an_empty_batch_gets_empty_lists(plain_server: str) -> None:
+    body = {"query": [], "prompts": [], "labels": []}
+    answer = httpx.post(f"{plain_server}/get_reward", json=body, timeout=30)
+    assert answer.status_code == 200
+    assert answer.json() == {"rewards": [], "scores": []}, "the fields a sample would get"
 
 
 def test_concurrent_requests_are_batched(plain_server: str) -> None:
@@ -203,9 +209,11 @@ def test_sequence_classification_model_is_served(tmp_path: Path) -> None:
         two = httpx.post(
             f"{base}/get_reward", json={"query": ["abc", "zzz 123 q"]}, timeout=60
         ).json()
+        none = httpx.post(f"{base}/get_reward", json={"query": []}, timeout=60)
     assert len(one["rewards"]) == 1 and len(two["rewards"]) == 2
     assert two["rewards"][0] == pytest.approx(one["rewards"][0], abs=1e-4), "padding is masked"
     assert two["rewards"][0] != two["rewards"][1]
+    assert none.status_code == 200 and none.json() == {"rewards": []}
 
 
 def test_a_model_failing_on_a_query_answers_500_and_keeps_serving(tmp_path: Path) -> None:

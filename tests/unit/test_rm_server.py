@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from agenthub.envs.judge._rm_server import BadRequest, build_app, parse_request
+from agenthub.envs.judge._rm_server import BadRequest, Scorer, build_app, parse_request
 from agenthub.envs.reward_func import RewardFunction, RewardOutput
 from tests.tiny_model import build_sequence_classifier
 
@@ -152,11 +151,42 @@ def test_a_failing_request_does_not_fail_the_requests_batched_with_it() -> None:
     assert health["batches"] == 4, "first, then good and bad together, then each alone"
 
 
-def test_a_model_whose_config_names_no_pad_token_scores_batches(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
+    """A tiny sequence classifier whose tokenizer and config name no pad token."""
     pytest.importorskip("transformers", reason="serving a model needs the train extra")
     from agenthub.envs.judge._rm_server import SequenceClassifierScorer
 
-    scorer = SequenceClassifierScorer(str(build_sequence_classifier(tmp_path)))
-    alone = scorer(["Hello"], [""], [None]).rewards
-    batched = scorer(["Hello", "Count down with me"], ["", ""], [None, None]).rewards
+    return SequenceClassifierScorer(str(build_sequence_classifier(tmp_path_factory.mktemp("m"))))
+
+
+def test_a_model_whose_config_names_no_pad_token_scores_batches(classifier: Scorer) -> None:
+    alone = classifier(["Hello"], [""], [None]).rewards
+    batched = classifier(["Hello", "Count down with me"], ["", ""], [None, None]).rewards
     assert len(batched) == 2 and batched[0] == pytest.approx(alone[0], abs=1e-5)
+
+
+def _logged(queries: list[str], prompts: list[str], labels: list[Any]) -> dict[str, Any]:
+    rewards = [float(len(q)) for q in queries]
+    return {"rewards": rewards, "scores": rewards, "extra_logs": {"length": rewards}}
+
+
+@pytest.mark.parametrize(
+    ("function", "answer"),
+    [
+        (_nonempty, {"rewards": []}),
+        (_logged, {"rewards": [], "scores": [], "extra_logs": {"length": []}}),
+    ],
+)
+def test_an_empty_batch_gets_the_fields_a_sample_would_get_empty(
+    function: Any, answer: dict[str, Any]
+) -> None:
+    # OpenRLHF splits a batch over several servers; with fewer samples than servers, some get
+    # none, and an error there loses the rewards of the whole batch.
+    with TestClient(build_app(RewardFunction(function), name="empty")) as client:
+        got = client.post("/get_reward", json={"query": [], "prompts": [], "labels": []})
+    assert got.status_code == 200 and got.json() == answer
+
+
+def test_a_model_scores_an_empty_batch_as_no_rewards(classifier: Scorer) -> None:
+    assert classifier([], [], []) == RewardOutput(rewards=[])

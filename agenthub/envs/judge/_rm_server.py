@@ -65,8 +65,6 @@ def parse_request(
     queries = body["query"]
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise BadRequest("'query' must be a list of strings")
-    if not queries:
-        raise BadRequest("'query' is empty: send at least one sample")
     n = len(queries)
     columns: dict[str, list[Any]] = {}
     for name in ("prompts", "labels"):
@@ -297,6 +295,8 @@ class SequenceClassifierScorer:
         self.max_length = max_length
 
     def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
+        if not queries:
+            return RewardOutput(rewards=[])
         inputs = self.tokenizer(
             queries,
             padding=True,
