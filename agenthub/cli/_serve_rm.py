@@ -31,7 +31,8 @@ def serve_rm_command(args: argparse.Namespace) -> int:
     listener = listen(args.host, args.port)
     import uvicorn
 
-    from agenthub.envs.judge._rm_server import Scorer, SequenceClassifierScorer, build_app
+    from agenthub.envs.judge._rm_model import SequenceClassifierScorer
+    from agenthub.envs.judge._rm_server import Scorer, build_app
     from agenthub.envs.reward_func import load_reward_func
 
     scorer: Scorer

@@ -155,7 +155,7 @@ def test_a_failing_request_does_not_fail_the_requests_batched_with_it() -> None:
 def classifier(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
     """A tiny sequence classifier whose tokenizer and config name no pad token."""
     pytest.importorskip("transformers", reason="serving a model needs the train extra")
-    from agenthub.envs.judge._rm_server import SequenceClassifierScorer
+    from agenthub.envs.judge._rm_model import SequenceClassifierScorer
 
     return SequenceClassifierScorer(str(build_sequence_classifier(tmp_path_factory.mktemp("m"))))
 

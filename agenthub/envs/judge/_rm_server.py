@@ -1,5 +1,5 @@
 """A reward server speaking OpenRLHF's `/get_reward`, for a reward function or a local
-sequence-classification model (`agenthub serve-rm`).
+reward model (`agenthub serve-rm`; the model's scorer is in `_rm_model`).
 
 Concurrent requests are joined into batches: one scoring loop takes every sample queued (up
 to `max_batch_size`) and scores them together in a worker thread, so the event loop keeps
@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -255,58 +254,3 @@ def build_app(
         ],
         lifespan=lifespan,
     )
-
-
-class SequenceClassifierScorer:
-    """Rewards from a local transformers sequence-classification model: the first logit of
-    each query (the OpenRLHF reward-model convention). Needs the `train` extra."""
-
-    def __init__(self, path: str, *, device: str = "cpu", max_length: int = 2048) -> None:
-        try:
-            import torch
-            from transformers import AutoModelForSequenceClassification, AutoTokenizer
-        except ImportError as exc:
-            raise AgentHubError(
-                f"serving a model needs torch and transformers ({exc}); install agenthub[train]"
-            ) from exc
-        self._torch = torch
-        try:
-            kind = torch.device(device).type
-        except RuntimeError:
-            raise AgentHubError(
-                f"device {device!r} is not a torch one; use cpu, cuda or cuda:N"
-            ) from None
-        if kind == "cuda" and not torch.cuda.is_available():
-            raise AgentHubError(f"device {device!r}: torch sees no CUDA GPU here; use cpu")
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForSequenceClassification.from_pretrained(path)
-        except (OSError, ValueError) as exc:  # transformers' word for a directory it cannot use
-            reason = " ".join(str(exc).split())  # one line, as the CLI prints it
-            raise AgentHubError(
-                f"{path} holds no loadable sequence-classification model and tokenizer: {reason}"
-            ) from exc
-        self.model = model.to(device).eval()
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        if self.model.config.pad_token_id is None:  # without it, batches of 2+ are refused
-            self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        self.device = device
-        self.max_length = max_length
-
-    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
-        if not queries:
-            return RewardOutput(rewards=[])
-        inputs = self.tokenizer(
-            queries,
-            padding=True,
-            truncation=True,
-            max_length=self.max_length,
-            return_tensors="pt",
-        ).to(self.device)
-        with self._torch.inference_mode():
-            logits = self.model(**inputs).logits
-        rewards = [float(x) for x in logits[:, 0].float().cpu().tolist()]
-        if not all(math.isfinite(r) for r in rewards):
-            raise AgentHubError(f"the model produced non-finite rewards: {rewards}")
-        return RewardOutput(rewards=rewards)
