@@ -1,17 +1,20 @@
-"""The serve-rm HTTP server, in process: what a client is told about its request."""
+"""The serve-rm server, in process: what a client is told about its request, and which model
+directories it serves."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from agenthub import AgentHubError
 from agenthub.envs.judge._rm_server import BadRequest, Scorer, build_app, parse_request
 from agenthub.envs.reward_func import RewardFunction, RewardOutput
-from tests.tiny_model import build_sequence_classifier
+from tests.tiny_model import build_model, build_sequence_classifier
 
 
 @pytest.mark.parametrize(
@@ -190,3 +193,18 @@ def test_an_empty_batch_gets_the_fields_a_sample_would_get_empty(
 
 def test_a_model_scores_an_empty_batch_as_no_rewards(classifier: Scorer) -> None:
     assert classifier([], [], []) == RewardOutput(rewards=[])
+
+
+def test_a_model_whose_reward_head_would_start_random_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from agenthub.envs.judge._rm_model import SequenceClassifierScorer
+
+    build_model(tmp_path, layers=1)  # a language model: an lm_head, no reward head
+    with pytest.raises(AgentHubError) as raised:
+        SequenceClassifierScorer(str(tmp_path))
+    assert str(raised.value) == (
+        f"{tmp_path}: the checkpoint has no weights for score.weight of "
+        "Qwen2ForSequenceClassification (it has lm_head.weight, which "
+        "Qwen2ForSequenceClassification does not use), so they would start random and so "
+        "would the rewards; give a sequence-classification model trained as a reward model"
+    )

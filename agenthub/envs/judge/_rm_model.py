@@ -32,12 +32,15 @@ class SequenceClassifierScorer:
             raise AgentHubError(f"device {device!r}: torch sees no CUDA GPU here; use cpu")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForSequenceClassification.from_pretrained(path)
+            model, loading = AutoModelForSequenceClassification.from_pretrained(
+                path, output_loading_info=True
+            )
         except (OSError, ValueError) as exc:  # transformers' word for a directory it cannot use
             reason = " ".join(str(exc).split())  # one line, as the CLI prints it
             raise AgentHubError(
                 f"{path} holds no loadable sequence-classification model and tokenizer: {reason}"
             ) from exc
+        _refuse_random_weights(path, type(model).__name__, loading)
         self.model = model.to(device).eval()
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -62,3 +65,22 @@ class SequenceClassifierScorer:
         if not all(math.isfinite(r) for r in rewards):
             raise AgentHubError(f"the model produced non-finite rewards: {rewards}")
         return RewardOutput(rewards=rewards)
+
+
+def _refuse_random_weights(path: str, model: str, loading: dict[str, Any]) -> None:
+    """transformers starts the weights a checkpoint lacks at random and only warns: a head
+    left so would serve random rewards without a word."""
+    missing = sorted(loading["missing_keys"])
+    if not missing:
+        return
+    unused = sorted(loading["unexpected_keys"])
+    has = f" (it has {_few(unused)}, which {model} does not use)" if unused else ""
+    raise AgentHubError(
+        f"{path}: the checkpoint has no weights for {_few(missing)} of {model}{has}, so they "
+        "would start random and so would the rewards; give a sequence-classification model "
+        "trained as a reward model"
+    )
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
