@@ -100,6 +100,31 @@ def build_sequence_classifier(out: Path, *, seed: int = 0) -> Path:
     return out
 
 
+def build_openrlhf_reward_model(
+    out: Path, *, mean: float | None = None, std: float | None = None, seed: int = 0
+) -> tuple[Any, Any]:
+    """Save a random reward model under `out` in OpenRLHF's layout: the base model's weights
+    under `model.`, a bias-free one-output linear as `value_head.weight`, `normalize_reward`
+    in config.json (with `mean` and `std` when given). Returns the base model and head."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen2Model
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(out)
+    config = _reward_config(out, normalize_reward=mean is not None)
+    if mean is not None:
+        config.mean, config.std = mean, std
+    torch.manual_seed(seed)
+    base, head = Qwen2Model(config).eval(), torch.nn.Linear(config.hidden_size, 1, bias=False)
+    weights = {f"model.{k}": v for k, v in base.state_dict().items()}
+    save_file(
+        {**weights, "value_head.weight": head.weight.detach()}, str(out / "model.safetensors")
+    )
+    config.save_pretrained(str(out))
+    return base, head
+
+
 def _reward_config(out: Path, **extra: object) -> Any:
     from transformers import AutoTokenizer, Qwen2Config
 

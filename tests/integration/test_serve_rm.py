@@ -20,6 +20,7 @@ import pytest
 from agenthub import Task, make
 
 from ..conftest import FIXTURES, REPO
+from ..tiny_model import build_openrlhf_reward_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -226,3 +227,17 @@ def test_a_model_failing_on_a_query_answers_500_and_keeps_serving(tmp_path: Path
     assert "scoring failed: RuntimeError: " in too_long.json()["detail"]
     assert after.status_code == 200 and len(after.json()["rewards"]) == 1
     assert health.json()["status"] == "ok" and health.json()["failed"] == 1
+
+
+def test_an_openrlhf_reward_model_is_served(tmp_path: Path) -> None:
+    build_openrlhf_reward_model(tmp_path, mean=0.5, std=2.0)
+    with serve_rm("--model", str(tmp_path)) as base:
+        one = httpx.post(f"{base}/get_reward", json={"query": ["Hello"]}, timeout=60).json()
+        two = httpx.post(
+            f"{base}/get_reward", json={"query": ["Hello", "Count down with me."]}, timeout=60
+        ).json()
+        health = httpx.get(f"{base}/health", timeout=30).json()
+    assert health["scorer"] == f"OpenRLHF reward model {tmp_path}"
+    assert len(two["rewards"]) == 2 and two["rewards"][0] == pytest.approx(
+        one["rewards"][0], abs=1e-5
+    )

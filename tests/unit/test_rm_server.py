@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 from agenthub import AgentHubError
 from agenthub.envs.judge._rm_server import BadRequest, Scorer, build_app, parse_request
 from agenthub.envs.reward_func import RewardFunction, RewardOutput
-from tests.tiny_model import build_model, build_sequence_classifier
+from tests.tiny_model import build_model, build_openrlhf_reward_model, build_sequence_classifier
 
 
 @pytest.mark.parametrize(
@@ -206,5 +206,47 @@ def test_a_model_whose_reward_head_would_start_random_is_refused(tmp_path: Path)
         f"{tmp_path}: the checkpoint has no weights for score.weight of "
         "Qwen2ForSequenceClassification (it has lm_head.weight, which "
         "Qwen2ForSequenceClassification does not use), so they would start random and so "
-        "would the rewards; give a sequence-classification model trained as a reward model"
+        "would the rewards; give a sequence-classification model trained as a reward model, "
+        "or one in OpenRLHF's layout (value_head.weight, saved as safetensors)"
     )
+
+
+def _read_alone(base: Any, head: Any, tokenizer: Any, query: str) -> float:
+    """What OpenRLHF's reward model gives `query` scored alone: its value head at the query's
+    last token, the eos token it was trained to end on."""
+    import torch
+
+    ids = tokenizer(query + tokenizer.eos_token, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        return float(head(base(input_ids=ids).last_hidden_state[0, -1]))
+
+
+def test_an_openrlhf_reward_model_is_read_at_its_value_head(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from transformers import AutoTokenizer
+
+    from agenthub.envs.judge._rm_model import ValueHeadScorer, load_model_scorer
+
+    base, head = build_openrlhf_reward_model(tmp_path)
+    scorer = load_model_scorer(str(tmp_path))
+    assert isinstance(scorer, ValueHeadScorer)
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
+    short, long = "Hello", "Count down with me. Start at 3."
+    got = scorer([short, long, short + "<|im_end|>"], [""] * 3, [None] * 3).rewards
+    expected = [_read_alone(base, head, tokenizer, q) for q in (short, long, short)]
+    assert got == pytest.approx(expected, abs=1e-5), (
+        "padding and an eos already there change nothing"
+    )
+    assert expected[0] != pytest.approx(expected[1], abs=1e-3)
+
+
+def test_an_openrlhf_reward_model_trained_to_normalize_is_normalized(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from transformers import AutoTokenizer
+
+    from agenthub.envs.judge._rm_model import load_model_scorer
+
+    base, head = build_openrlhf_reward_model(tmp_path, mean=0.5, std=2.0)
+    alone = _read_alone(base, head, AutoTokenizer.from_pretrained(str(tmp_path)), "Hello")
+    got = load_model_scorer(str(tmp_path))(["Hello"], [""], [None]).rewards
+    assert got == pytest.approx([(alone - 0.5) / 2.0], abs=1e-5)
