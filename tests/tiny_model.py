@@ -4,6 +4,7 @@ a ChatML (Qwen-style) chat template and a two-layer Qwen2 model that vLLM loads 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] != 'system' %}"
@@ -24,7 +25,7 @@ _CORPUS = [
 ]
 
 
-def build_tokenizer(out: Path) -> None:
+def build_tokenizer(out: Path, *, pad_token: str | None = "<|endoftext|>") -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -41,7 +42,7 @@ def build_tokenizer(out: Path) -> None:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
+        pad_token=pad_token,
         additional_special_tokens=["<|im_start|>"],
     )
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -83,3 +84,60 @@ def build_model(out: Path, *, layers: int = 2, seed: int = 0, tied: bool = False
         str(out)
     )
     return out
+
+
+def build_sequence_classifier(out: Path, *, seed: int = 0) -> Path:
+    """Save a random one-label Qwen2 sequence classifier under `out` whose tokenizer and config
+    name no pad token, as many base models ship."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2ForSequenceClassification
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(out, pad_token=None)
+    torch.manual_seed(seed)
+    Qwen2ForSequenceClassification(_reward_config(out, num_labels=1)).save_pretrained(str(out))
+    assert AutoTokenizer.from_pretrained(str(out)).pad_token is None
+    return out
+
+
+def build_openrlhf_reward_model(
+    out: Path, *, mean: float | None = None, std: float | None = None, seed: int = 0
+) -> tuple[Any, Any]:
+    """Save a random reward model under `out` in OpenRLHF's layout: the base model's weights
+    under `model.`, a bias-free one-output linear as `value_head.weight`, `normalize_reward`
+    in config.json (with `mean` and `std` when given). Returns the base model and head."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen2Model
+
+    out.mkdir(parents=True, exist_ok=True)
+    build_tokenizer(out)
+    config = _reward_config(out, normalize_reward=mean is not None)
+    if mean is not None:
+        config.mean, config.std = mean, std
+    torch.manual_seed(seed)
+    base, head = Qwen2Model(config).eval(), torch.nn.Linear(config.hidden_size, 1, bias=False)
+    weights = {f"model.{k}": v for k, v in base.state_dict().items()}
+    save_file(
+        {**weights, "value_head.weight": head.weight.detach()}, str(out / "model.safetensors")
+    )
+    config.save_pretrained(str(out))
+    return base, head
+
+
+def _reward_config(out: Path, **extra: object) -> Any:
+    from transformers import AutoTokenizer, Qwen2Config
+
+    tokenizer = AutoTokenizer.from_pretrained(str(out))
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=None,
+        **extra,
+    )

@@ -17,7 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--reward-func", metavar="FILE", help="an OpenRLHF reward_func file")
     source.add_argument(
-        "--model", metavar="DIR", help="a transformers sequence-classification model directory"
+        "--model",
+        metavar="DIR",
+        help="a transformers sequence-classification model directory, or an OpenRLHF reward model",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=5000, help="port to listen on")
@@ -31,7 +33,8 @@ def serve_rm_command(args: argparse.Namespace) -> int:
     listener = listen(args.host, args.port)
     import uvicorn
 
-    from agenthub.envs.judge._rm_server import Scorer, SequenceClassifierScorer, build_app
+    from agenthub.envs.judge._rm_model import load_model_scorer
+    from agenthub.envs.judge._rm_server import Scorer, build_app
     from agenthub.envs.reward_func import load_reward_func
 
     scorer: Scorer
@@ -41,10 +44,8 @@ def serve_rm_command(args: argparse.Namespace) -> int:
         scorer, needs_labels = function, function.takes_labels
         name = f"reward function {args.reward_func}"
     else:
-        scorer = SequenceClassifierScorer(
-            args.model, device=args.device, max_length=args.max_length
-        )
-        name = f"sequence-classification model {args.model}"
+        model = load_model_scorer(args.model, device=args.device, max_length=args.max_length)
+        scorer, name = model, f"{model.kind} {args.model}"
     app = build_app(
         scorer, name=name, max_batch_size=args.max_batch_size, needs_labels=needs_labels
     )

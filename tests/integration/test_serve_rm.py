@@ -20,6 +20,7 @@ import pytest
 from agenthub import Task, make
 
 from ..conftest import FIXTURES, REPO
+from ..tiny_model import build_openrlhf_reward_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -54,9 +55,15 @@ def serve_rm(*args: str) -> Iterator[str]:
         yield base
     finally:
         proc.terminate()
-        proc.wait(30)
-        if proc.stderr:
-            proc.stderr.close()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise AssertionError("serve-rm did not stop within 30 s of SIGTERM") from None
+        finally:
+            if proc.stderr:
+                proc.stderr.close()
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +88,6 @@ def test_reward_function_is_served_over_the_openrlhf_protocol(plain_server: str)
         ('["a"]', 422, "JSON object"),
         ("{}", 422, "missing field 'query'"),
         ('{"quer": ["a"]}', 422, r"missing field 'query' \(fields sent: 'quer'\)"),
-        ('{"query": []}', 422, "empty"),
         ('{"query": [1, 2]}', 422, "list of strings"),
         ('{"query": ["a", "b"], "prompts": ["a"]}', 422, r"'prompts' .* \(2\), got 1 items"),
         ('{"query": ["a"], "labels": "x"}', 422, "'labels' must be a list"),
@@ -94,6 +100,13 @@ def test_malformed_bodies_get_a_clear_4xx(
     answer = httpx.post(f"{plain_server}/get_reward", content=content, timeout=30)
     assert answer.status_code == status
     assert re.search(message, answer.json()["detail"])
+
+
+def test_an_empty_batch_gets_empty_lists(plain_server: str) -> None:
+    body = {"query": [], "prompts": [], "labels": []}
+    answer = httpx.post(f"{plain_server}/get_reward", json=body, timeout=30)
+    assert answer.status_code == 200
+    assert answer.json() == {"rewards": [], "scores": []}, "the fields a sample would get"
 
 
 def test_concurrent_requests_are_batched(plain_server: str) -> None:
@@ -197,6 +210,34 @@ def test_sequence_classification_model_is_served(tmp_path: Path) -> None:
         two = httpx.post(
             f"{base}/get_reward", json={"query": ["abc", "zzz 123 q"]}, timeout=60
         ).json()
+        none = httpx.post(f"{base}/get_reward", json={"query": []}, timeout=60)
     assert len(one["rewards"]) == 1 and len(two["rewards"]) == 2
     assert two["rewards"][0] == pytest.approx(one["rewards"][0], abs=1e-4), "padding is masked"
     assert two["rewards"][0] != two["rewards"][1]
+    assert none.status_code == 200 and none.json() == {"rewards": []}
+
+
+def test_a_model_failing_on_a_query_answers_500_and_keeps_serving(tmp_path: Path) -> None:
+    _tiny_classifier(tmp_path)
+    with serve_rm("--model", str(tmp_path)) as base:
+        too_long = httpx.post(f"{base}/get_reward", json={"query": ["a " * 300]}, timeout=30)
+        after = httpx.post(f"{base}/get_reward", json={"query": ["abc"]}, timeout=30)
+        health = httpx.get(f"{base}/health", timeout=30)
+    assert too_long.status_code == 500, "more positions than the model has fail its forward"
+    assert "scoring failed: RuntimeError: " in too_long.json()["detail"]
+    assert after.status_code == 200 and len(after.json()["rewards"]) == 1
+    assert health.json()["status"] == "ok" and health.json()["failed"] == 1
+
+
+def test_an_openrlhf_reward_model_is_served(tmp_path: Path) -> None:
+    build_openrlhf_reward_model(tmp_path, mean=0.5, std=2.0)
+    with serve_rm("--model", str(tmp_path)) as base:
+        one = httpx.post(f"{base}/get_reward", json={"query": ["Hello"]}, timeout=60).json()
+        two = httpx.post(
+            f"{base}/get_reward", json={"query": ["Hello", "Count down with me."]}, timeout=60
+        ).json()
+        health = httpx.get(f"{base}/health", timeout=30).json()
+    assert health["scorer"] == f"OpenRLHF reward model {tmp_path}"
+    assert len(two["rewards"]) == 2 and two["rewards"][0] == pytest.approx(
+        one["rewards"][0], abs=1e-5
+    )

@@ -1,14 +1,20 @@
-"""The serve-rm HTTP server, in process: what a client is told about its request."""
+"""The serve-rm server, in process: what a client is told about its request, and which model
+directories it serves."""
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from agenthub.envs.judge._rm_server import BadRequest, build_app, parse_request
-from agenthub.envs.reward_func import RewardFunction
+from agenthub import AgentHubError
+from agenthub.envs.judge._rm_server import BadRequest, Scorer, build_app, parse_request
+from agenthub.envs.reward_func import RewardFunction, RewardOutput
+from tests.tiny_model import build_model, build_openrlhf_reward_model, build_sequence_classifier
 
 
 @pytest.mark.parametrize(
@@ -55,3 +61,192 @@ def test_labels_stay_optional_for_a_scorer_that_does_not_read_them() -> None:
     with TestClient(build_app(function, name="no labels")) as client:
         answer = client.post("/get_reward", json={"query": ["a", ""]})
     assert answer.status_code == 200 and answer.json() == {"rewards": [1.0, 0.0]}
+
+
+class _FailsOnce:
+    """A scorer whose first batch raises (as a model's forward pass can), and later ones work."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error: BaseException | None = error
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return RewardOutput(rewards=[float(len(q)) for q in queries])
+
+
+@pytest.mark.timeout(30)
+def test_a_scorer_exception_fails_its_request_with_the_reason_and_the_server_keeps_scoring() -> (
+    None
+):
+    scorer = _FailsOnce(ValueError("Cannot handle batch sizes > 1 if no padding token is defined."))
+    with TestClient(build_app(scorer, name="flaky")) as client:
+        failed = client.post("/get_reward", json={"query": ["ab", "c"]})
+        later = client.post("/get_reward", json={"query": ["ab", "c"]})
+        health = client.get("/health")
+    assert failed.status_code == 500
+    assert failed.json()["detail"] == (
+        "scoring failed: ValueError: Cannot handle batch sizes > 1 if no padding token is "
+        "defined. (the server's log has the traceback)"
+    )
+    assert later.status_code == 200 and later.json() == {"rewards": [2.0, 1.0]}
+    assert health.status_code == 200
+    assert health.json()["status"] == "ok" and health.json()["failed"] == 1
+
+
+class _Crash(BaseException):
+    """Not an `Exception`: what no scorer is expected to raise."""
+
+
+@pytest.mark.timeout(30)
+def test_a_server_whose_scoring_loop_stopped_says_so_instead_of_claiming_health() -> None:
+    with TestClient(build_app(_FailsOnce(_Crash("worker gone")), name="crashing")) as client:
+        failed = client.post("/get_reward", json={"query": ["a"]})
+        later = client.post("/get_reward", json={"query": ["a"]})
+        health = client.get("/health")
+    reason = "the scoring loop stopped on _Crash: worker gone; restart agenthub serve-rm"
+    assert (failed.status_code, failed.json()) == (503, {"detail": f"scoring failed: {reason}"})
+    assert (later.status_code, later.json()) == (503, {"detail": f"scoring failed: {reason}"})
+    assert health.status_code == 503
+    assert health.json()["status"] == "stopped" and health.json()["reason"] == reason
+
+
+class _RefusesBad:
+    """Scores each query by its length and raises for a batch holding "bad"; the first batch
+    waits for `gate`, so the requests sent meanwhile queue up and are batched together."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
+        self.gate.wait(10)
+        if "bad" in queries:
+            raise ValueError("cannot score 'bad'")
+        return RewardOutput(rewards=[float(len(q)) for q in queries])
+
+
+@pytest.mark.timeout(30)
+def test_a_failing_request_does_not_fail_the_requests_batched_with_it() -> None:
+    scorer = _RefusesBad()
+    answers: dict[str, Any] = {}
+    with TestClient(build_app(scorer, name="refuses bad")) as client:
+
+        def post(query: str) -> None:
+            answers[query] = client.post("/get_reward", json={"query": [query]})
+
+        threads = [threading.Thread(target=post, args=(q,)) for q in ("first", "good", "bad")]
+        threads[0].start()
+        while client.get("/health").json()["batches"] < 1:
+            time.sleep(0.01)
+        for thread in threads[1:]:
+            thread.start()
+        while client.get("/health").json()["requests"] < 3:
+            time.sleep(0.01)
+        scorer.gate.set()
+        for thread in threads:
+            thread.join(10)
+        health = client.get("/health").json()
+    assert answers["first"].json() == {"rewards": [5.0]}
+    assert answers["good"].json() == {"rewards": [4.0]}
+    assert answers["bad"].status_code == 500
+    assert "ValueError: cannot score 'bad'" in answers["bad"].json()["detail"]
+    assert health["batches"] == 4, "first, then good and bad together, then each alone"
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
+    """A tiny sequence classifier whose tokenizer and config name no pad token."""
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from agenthub.envs.judge._rm_model import SequenceClassifierScorer
+
+    return SequenceClassifierScorer(str(build_sequence_classifier(tmp_path_factory.mktemp("m"))))
+
+
+def test_a_model_whose_config_names_no_pad_token_scores_batches(classifier: Scorer) -> None:
+    alone = classifier(["Hello"], [""], [None]).rewards
+    batched = classifier(["Hello", "Count down with me"], ["", ""], [None, None]).rewards
+    assert len(batched) == 2 and batched[0] == pytest.approx(alone[0], abs=1e-5)
+
+
+def _logged(queries: list[str], prompts: list[str], labels: list[Any]) -> dict[str, Any]:
+    rewards = [float(len(q)) for q in queries]
+    return {"rewards": rewards, "scores": rewards, "extra_logs": {"length": rewards}}
+
+
+@pytest.mark.parametrize(
+    ("function", "answer"),
+    [
+        (_nonempty, {"rewards": []}),
+        (_logged, {"rewards": [], "scores": [], "extra_logs": {"length": []}}),
+    ],
+)
+def test_an_empty_batch_gets_the_fields_a_sample_would_get_empty(
+    function: Any, answer: dict[str, Any]
+) -> None:
+    # OpenRLHF splits a batch over several servers; with fewer samples than servers, some get
+    # none, and an error there loses the rewards of the whole batch.
+    with TestClient(build_app(RewardFunction(function), name="empty")) as client:
+        got = client.post("/get_reward", json={"query": [], "prompts": [], "labels": []})
+    assert got.status_code == 200 and got.json() == answer
+
+
+def test_a_model_scores_an_empty_batch_as_no_rewards(classifier: Scorer) -> None:
+    assert classifier([], [], []) == RewardOutput(rewards=[])
+
+
+def test_a_model_whose_reward_head_would_start_random_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from agenthub.envs.judge._rm_model import SequenceClassifierScorer
+
+    build_model(tmp_path, layers=1)  # a language model: an lm_head, no reward head
+    with pytest.raises(AgentHubError) as raised:
+        SequenceClassifierScorer(str(tmp_path))
+    assert str(raised.value) == (
+        f"{tmp_path}: the checkpoint has no weights for score.weight of "
+        "Qwen2ForSequenceClassification (it has lm_head.weight, which "
+        "Qwen2ForSequenceClassification does not use), so they would start random and so "
+        "would the rewards; give a sequence-classification model trained as a reward model, "
+        "or one in OpenRLHF's layout (value_head.weight, saved as safetensors)"
+    )
+
+
+def _read_alone(base: Any, head: Any, tokenizer: Any, query: str) -> float:
+    """What OpenRLHF's reward model gives `query` scored alone: its value head at the query's
+    last token, the eos token it was trained to end on."""
+    import torch
+
+    ids = tokenizer(query + tokenizer.eos_token, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        return float(head(base(input_ids=ids).last_hidden_state[0, -1]))
+
+
+def test_an_openrlhf_reward_model_is_read_at_its_value_head(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from transformers import AutoTokenizer
+
+    from agenthub.envs.judge._rm_model import ValueHeadScorer, load_model_scorer
+
+    base, head = build_openrlhf_reward_model(tmp_path)
+    scorer = load_model_scorer(str(tmp_path))
+    assert isinstance(scorer, ValueHeadScorer)
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path))
+    short, long = "Hello", "Count down with me. Start at 3."
+    got = scorer([short, long, short + "<|im_end|>"], [""] * 3, [None] * 3).rewards
+    expected = [_read_alone(base, head, tokenizer, q) for q in (short, long, short)]
+    assert got == pytest.approx(expected, abs=1e-5), (
+        "padding and an eos already there change nothing"
+    )
+    assert expected[0] != pytest.approx(expected[1], abs=1e-3)
+
+
+def test_an_openrlhf_reward_model_trained_to_normalize_is_normalized(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="serving a model needs the train extra")
+    from transformers import AutoTokenizer
+
+    from agenthub.envs.judge._rm_model import load_model_scorer
+
+    base, head = build_openrlhf_reward_model(tmp_path, mean=0.5, std=2.0)
+    alone = _read_alone(base, head, AutoTokenizer.from_pretrained(str(tmp_path)), "Hello")
+    got = load_model_scorer(str(tmp_path))(["Hello"], [""], [None]).rewards
+    assert got == pytest.approx([(alone - 0.5) / 2.0], abs=1e-5)

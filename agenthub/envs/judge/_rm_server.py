@@ -1,5 +1,5 @@
 """A reward server speaking OpenRLHF's `/get_reward`, for a reward function or a local
-sequence-classification model (`agenthub serve-rm`).
+reward model (`agenthub serve-rm`; the model's scorer is in `_rm_model`).
 
 Concurrent requests are joined into batches: one scoring loop takes every sample queued (up
 to `max_batch_size`) and scores them together in a worker thread, so the event loop keeps
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-import math
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,6 +24,8 @@ from starlette.routing import Route
 
 from agenthub._errors import AgentHubError
 from agenthub.envs.reward_func import RewardOutput
+
+_logger = logging.getLogger("agenthub.serve_rm")
 
 Scorer = Callable[[list[str], list[str], list[Any]], RewardOutput]
 """Scores a batch: (queries, prompts, labels) -> one reward per query. Called in a thread."""
@@ -62,8 +64,6 @@ def parse_request(
     queries = body["query"]
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise BadRequest("'query' must be a list of strings")
-    if not queries:
-        raise BadRequest("'query' is empty: send at least one sample")
     n = len(queries)
     columns: dict[str, list[Any]] = {}
     for name in ("prompts", "labels"):
@@ -84,7 +84,7 @@ def parse_request(
     return queries, columns["prompts"], columns["labels"]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
     samples: tuple[list[str], list[str], list[Any]]
     done: anyio.Event = field(default_factory=anyio.Event)
@@ -97,6 +97,7 @@ class BatchStats:
     requests: int = 0
     batches: int = 0
     samples: int = 0
+    failed: int = 0
 
 
 class _Batcher:
@@ -104,16 +105,39 @@ class _Batcher:
         self.scorer = scorer
         self.max_batch_size = max_batch_size
         self.stats = BatchStats()
+        self.stopped: str | None = None
+        """Why the scoring loop ended, once it has: every request from then on fails with it."""
+        self._waiting: set[_Request] = set()
         self._send, self._receive = anyio.create_memory_object_stream[_Request](1 << 16)
 
     async def score(self, samples: tuple[list[str], list[str], list[Any]]) -> _Request:
         request = _Request(samples)
         self.stats.requests += 1
-        await self._send.send(request)
-        await request.done.wait()
+        if self.stopped is not None:
+            request.error = self.stopped
+            return request
+        self._waiting.add(request)
+        try:
+            await self._send.send(request)
+            await request.done.wait()
+        finally:
+            self._waiting.discard(request)
         return request
 
     async def run(self) -> None:
+        """Score batches until cancelled. A scorer's exception fails the requests of its batch
+        only; should the loop itself stop, the requests waiting and every later one fail with
+        the reason instead of waiting forever."""
+        try:
+            await self._loop()
+        except anyio.get_cancelled_exc_class():
+            self._stop("the server is shutting down")
+            raise
+        except BaseException as exc:  # not raised on: the server must keep answering, saying why
+            _logger.error("agenthub serve-rm: the scoring loop stopped", exc_info=exc)
+            self._stop(f"the scoring loop stopped on {_describe(exc)}; restart agenthub serve-rm")
+
+    async def _loop(self) -> None:
         async with self._receive:
             async for first in self._receive:
                 batch, size = [first], len(first.samples[0])
@@ -126,26 +150,48 @@ class _Batcher:
                     size += len(more.samples[0])
                 await self._score(batch)
 
+    def _stop(self, reason: str) -> None:
+        self.stopped = reason
+        for request in self._waiting:
+            request.error = reason
+            request.done.set()
+
     async def _score(self, batch: list[_Request]) -> None:
         self.stats.batches += 1
         self.stats.samples += sum(len(r.samples[0]) for r in batch)
         columns = tuple([x for r in batch for x in r.samples[i]] for i in range(3))
         try:
             output = await anyio.to_thread.run_sync(functools.partial(self.scorer, *columns))
-        except AgentHubError as exc:
+            outputs = _split(output, [len(r.samples[0]) for r in batch])
+        except Exception as exc:
             if len(batch) > 1:  # one bad request must not fail the requests batched with it
                 for request in batch:
                     await self._score([request])
                 return
-            batch[0].error = str(exc)
+            self.stats.failed += 1
+            if isinstance(exc, AgentHubError):
+                batch[0].error = str(exc)
+            else:  # not an error the scorer meant to raise: its traceback goes to the log
+                _logger.error("agenthub serve-rm: scoring failed", exc_info=exc)
+                batch[0].error = f"{_describe(exc)} (the server's log has the traceback)"
         else:
-            start = 0
-            for request in batch:
-                n = len(request.samples[0])
-                request.output = _slice(output, start, start + n)
-                start += n
+            for request, part in zip(batch, outputs, strict=True):
+                request.output = part
         for request in batch:
             request.done.set()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _split(output: RewardOutput, sizes: list[int]) -> list[RewardOutput]:
+    """One output per request, of `sizes` samples each; raises if the scorer gave another
+    number of rewards."""
+    if len(output.rewards) != sum(sizes):
+        raise ValueError(f"the scorer gave {len(output.rewards)} rewards for {sum(sizes)} samples")
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [_slice(output, lo, lo + n) for lo, n in zip(starts, sizes, strict=True)]
 
 
 def _slice(output: RewardOutput, lo: int, hi: int) -> RewardOutput:
@@ -171,7 +217,8 @@ def build_app(
             return JSONResponse({"detail": str(exc)}, status_code=status)
         done = await batcher.score(samples)
         if done.output is None:
-            return JSONResponse({"detail": f"scoring failed: {done.error}"}, status_code=500)
+            status = 500 if batcher.stopped is None else 503
+            return JSONResponse({"detail": f"scoring failed: {done.error}"}, status_code=status)
         body: dict[str, Any] = {"rewards": done.output.rewards}
         if done.output.scores is not None:
             body["scores"] = done.output.scores
@@ -181,15 +228,17 @@ def build_app(
 
     async def health(request: Request) -> JSONResponse:
         stats = batcher.stats
-        return JSONResponse(
-            {
-                "status": "ok",
-                "scorer": name,
-                "requests": stats.requests,
-                "batches": stats.batches,
-                "samples": stats.samples,
-            }
-        )
+        body: dict[str, Any] = {
+            "status": "ok" if batcher.stopped is None else "stopped",
+            "scorer": name,
+            "requests": stats.requests,
+            "batches": stats.batches,
+            "samples": stats.samples,
+            "failed": stats.failed,
+        }
+        if batcher.stopped is not None:
+            body["reason"] = batcher.stopped
+        return JSONResponse(body, status_code=200 if batcher.stopped is None else 503)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -205,54 +254,3 @@ def build_app(
         ],
         lifespan=lifespan,
     )
-
-
-class SequenceClassifierScorer:
-    """Rewards from a local transformers sequence-classification model: the first logit of
-    each query (the OpenRLHF reward-model convention). Needs the `train` extra."""
-
-    def __init__(self, path: str, *, device: str = "cpu", max_length: int = 2048) -> None:
-        try:
-            import torch
-            from transformers import AutoModelForSequenceClassification, AutoTokenizer
-        except ImportError as exc:
-            raise AgentHubError(
-                f"serving a model needs torch and transformers ({exc}); install agenthub[train]"
-            ) from exc
-        self._torch = torch
-        try:
-            kind = torch.device(device).type
-        except RuntimeError:
-            raise AgentHubError(
-                f"device {device!r} is not a torch one; use cpu, cuda or cuda:N"
-            ) from None
-        if kind == "cuda" and not torch.cuda.is_available():
-            raise AgentHubError(f"device {device!r}: torch sees no CUDA GPU here; use cpu")
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForSequenceClassification.from_pretrained(path)
-        except (OSError, ValueError) as exc:  # transformers' word for a directory it cannot use
-            reason = " ".join(str(exc).split())  # one line, as the CLI prints it
-            raise AgentHubError(
-                f"{path} holds no loadable sequence-classification model and tokenizer: {reason}"
-            ) from exc
-        self.model = model.to(device).eval()
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.device = device
-        self.max_length = max_length
-
-    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
-        inputs = self.tokenizer(
-            queries,
-            padding=True,
-            truncation=True,
-            max_length=self.max_length,
-            return_tensors="pt",
-        ).to(self.device)
-        with self._torch.inference_mode():
-            logits = self.model(**inputs).logits
-        rewards = [float(x) for x in logits[:, 0].float().cpu().tolist()]
-        if not all(math.isfinite(r) for r in rewards):
-            raise AgentHubError(f"the model produced non-finite rewards: {rewards}")
-        return RewardOutput(rewards=rewards)
