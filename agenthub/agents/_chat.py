@@ -68,7 +68,7 @@ class ChatTokenizer:
                 add_generation_prompt=add_generation_prompt,
             )
         except Exception as exc:  # jinja's TemplateError, or whatever the template raises
-            roles = [m.role for m in messages if m not in _BASE]
+            roles = [m.role for m in messages if not any(m is base for base in _BASE)]
             raise ChatTemplateError(
                 f"the model's chat template cannot render messages with roles {roles}: "
                 f"{type(exc).__name__}: {exc}; send roles the template takes (many take only "

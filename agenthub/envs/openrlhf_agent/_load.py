@@ -36,7 +36,7 @@ def _import_agent_class(path: Path) -> type:
     executor_cls = getattr(module, "AgentExecutor", None)
     if inspect.isclass(executor_cls):
         _refuse_custom_execute(executor_cls, path)
-    cls = getattr(module, "AgentInstance", None) or _class_from_executor(module, path)
+    cls = getattr(module, "AgentInstance", None) or _class_from_executor(executor_cls, path)
     if cls is None and executor_cls is None and hasattr(module, "step"):
         return _step_function_agent(module.step, path)
     if not (inspect.isclass(cls) and callable(getattr(cls, "step", None))):
@@ -144,8 +144,7 @@ def _is_name(node: ast.expr, name: str) -> bool:
     return isinstance(node, ast.Name) and node.id == name
 
 
-def _class_from_executor(module: Any, path: Path) -> type | None:
-    executor_cls = getattr(module, "AgentExecutor", None)
+def _class_from_executor(executor_cls: Any, path: Path) -> type | None:
     if executor_cls is None:
         return None
     params = [
