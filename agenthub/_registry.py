@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import traceback
 import typing
 from collections.abc import Callable
 from functools import cache
@@ -159,7 +160,7 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
         raise
     except (TypeError, ValueError) as exc:
         raise EnvArgumentsError(
-            f"{_describe(base)} could not be built with {arguments}: {exc}"
+            f"{_describe(base)} could not be built with {arguments}: {exc}{_raised_in(exc)}"
         ) from exc
     except Exception as exc:
         raise EnvBuildError(
@@ -177,6 +178,17 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     except ValidationError:
         env.spec = None
     return env
+
+
+def _raised_in(exc: BaseException) -> str:
+    """Where in the env's own code `exc` was raised, if it was (not by the call itself, as for
+    an unknown keyword): a bug in a constructor then points at its line instead of reading as
+    a wrong argument."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if len(frames) < 2:
+        return ""
+    last = frames[-1]
+    return f" (raised at {last.filename}:{last.lineno}, in {last.name})"
 
 
 def _check_argument_types(

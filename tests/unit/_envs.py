@@ -174,3 +174,16 @@ def factory_raising(error: str, message: str) -> Any:
         "FileNotFoundError": FileNotFoundError,
         "KeyboardInterrupt": KeyboardInterrupt,
     }[error](message)
+
+
+class BuggyInit(Env[str]):
+    """A constructor with a bug of its own: `int(None)` raises a TypeError inside it."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = int(limit)  # type: ignore[arg-type]
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return "", {}
+
+    async def step(self, action: str) -> Step[str]:
+        return Step("", 0.0, terminated=True)

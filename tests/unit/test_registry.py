@@ -1,3 +1,4 @@
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -98,8 +99,16 @@ def test_wrong_arguments_name_the_env() -> None:
     register("countdown", "tests.unit._envs:CountdownEnv")
     with pytest.raises(EnvArgumentsError, match="environment 'countdown'.*could not be built"):
         make("countdown", colour="red")
-    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'") as info:
         make("countdown", colour="red")  # still what the constructor raised, for old callers
+    assert "raised at" not in str(info.value)
+
+
+def test_a_bug_inside_a_constructor_points_at_its_line() -> None:
+    register("buggy", "tests.unit._envs:BuggyInit", override=True)
+    with pytest.raises(EnvArgumentsError, match=r"int\(\) argument must be .*NoneType'") as info:
+        make("buggy")
+    assert re.search(r"\(raised at .*_envs\.py:\d+, in __init__\)$", str(info.value))
 
 
 def test_an_argument_of_the_wrong_type_is_named_before_the_env_is_built() -> None:
