@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
 import numpy as np
@@ -37,13 +37,19 @@ class Env(abc.ABC, Generic[ObsT]):
     - Both methods are cancellation-safe: if cancelled part-way, the instance can still be
       `reset` and `aclose`d, and nothing it started (processes, containers) is left running.
     - `aclose` releases everything and may be called more than once.
-    - Tasks, observations and `info` are JSON-serialisable.
+    - Tasks, observations, `info` and `tools` are JSON-serialisable.
 
     Construct environments through `agenthub.make`, which sets `spec` so a Ray worker can
     rebuild the same environment from JSON.
     """
 
     spec: EnvSpec | None = None
+    tools: Sequence[Mapping[str, Any]] = ()
+    """The functions the model may call, as JSON schemas in the OpenAI function-calling format
+    (`{"type": "function", "function": {"name": ..., "description": ..., "parameters": ...}}`).
+    They are given to the model's chat template (its `tools`) when the episode opens, so set
+    them on the class, or in `reset` to offer different tools per task. The env reads the calls
+    from the reply text itself; `agenthub.tools.ToolEnv` does all of it for Python functions."""
     _np_random: np.random.Generator | None = None
 
     @abc.abstractmethod

@@ -6,8 +6,9 @@ methods agenthub awaits are coroutines (`make` and `check_env`)."""
 from __future__ import annotations
 
 import inspect
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agenthub._types import Message, Step
@@ -98,6 +99,37 @@ def observation_problem(where: str, observation: Any) -> str | None:
     )
 
 
+def checked_tools(env: Any) -> list[dict[str, Any]]:
+    """The env's `tools` as plain dicts, else `EnvReturnError` saying what is wrong."""
+    tools = env.tools
+    if isinstance(tools, str | bytes | Mapping) or not isinstance(tools, Sequence):
+        raise EnvReturnError(
+            f"{type(env).__name__}.tools must be a list of JSON schemas, got {type(tools).__name__}"
+        )
+    out = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not (
+            isinstance(tool, Mapping)
+            and tool.get("type") == "function"
+            and isinstance(function, Mapping)
+            and isinstance(function.get("name"), str)
+        ):
+            raise EnvReturnError(
+                f"{type(env).__name__}.tools[{i}] must be a dict "
+                '{"type": "function", "function": {"name": ..., "description": ..., '
+                f'"parameters": ...}}, got {_brief(tool)}; '
+                "agenthub.tools.function_schema(f) writes one for a Python function"
+            )
+        try:
+            out.append(json.loads(json.dumps(tool)))
+        except (TypeError, ValueError) as exc:
+            raise EnvReturnError(
+                f"{type(env).__name__}.tools[{i}] ({function['name']!r}) is not JSON: {exc}"
+            ) from exc
+    return out
+
+
 def info_problem(where: str, info: Any) -> str | None:
     """Why `info` is not a dict, or None."""
     if not isinstance(info, Mapping):
@@ -108,6 +140,11 @@ def info_problem(where: str, info: Any) -> str | None:
 def finite(value: Any) -> bool:
     """A finite int or float (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _shape(value: Any) -> str:

@@ -7,18 +7,36 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 __all__ = ["Message", "Observation", "Step", "Task"]
 
 
 class Message(BaseModel):
-    """One chat message: what a model said, or what an environment says back."""
+    """One chat message: what a model said, or what an environment says back.
+
+    `name` and `tool_call_id` are for `tool` messages, for chat templates that show which tool
+    answered or which call it answers; they are left out of the message when unset.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str
+    name: str | None = None
+    tool_call_id: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Templates test `message.name is defined`: an unset field is absent, not None.
+        data: dict[str, Any] = handler(self)
+        return {k: v for k, v in data.items() if v is not None}
 
 
 Observation = list[Message] | str

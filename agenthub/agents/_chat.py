@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,10 @@ _SENTINEL = "\u2063agenthub-reply\u2063"
 class ChatTokenizer:
     """A Hugging Face tokenizer, used so that history is never re-tokenized.
 
-    - `encode_prompt(messages)`: the opening of an episode, rendered by the chat template with
-      the assistant generation prompt.
-    - `encode_followup(messages)`: only the tokens the template adds for new messages after a
-      finished assistant turn, ending with the generation prompt.
+    - `encode_prompt(messages, tools)`: the opening of an episode, rendered by the chat template
+      with the assistant generation prompt (and the tools the model may call, if any).
+    - `encode_followup(messages, tools)`: only the tokens the template adds for new messages
+      after a finished assistant turn, ending with the generation prompt.
     - `closing_ids`: the tokens the template writes after an assistant message's content (for
       ChatML, `<|im_end|>` and a newline). A generation that stopped on the end-of-turn token
       already holds the first of them; one cut off by length holds none.
@@ -38,9 +39,8 @@ class ChatTokenizer:
         eos = tokenizer.eos_token_id
         stops = {eos} if isinstance(eos, int) else set()
         self.closing_ids: tuple[int, ...] = ()
-        self._base_text = ""
+        self._base_texts: dict[str, str] = {}
         if self.has_chat_template:
-            self._base_text = self.render(_BASE, add_generation_prompt=False)
             self.closing_ids = tuple(self.encode_text(self._closing_text()))
             special = set(tokenizer.all_special_ids)
             if self.closing_ids and self.closing_ids[0] in special:
@@ -55,7 +55,13 @@ class ChatTokenizer:
 
         return cls(AutoTokenizer.from_pretrained(str(path)))
 
-    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+    def render(
+        self,
+        messages: Sequence[Message],
+        *,
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> str:
         if not self.has_chat_template:
             raise ChatTemplateError(
                 "the tokenizer has no chat template; give text prompts and text observations, "
@@ -64,6 +70,7 @@ class ChatTokenizer:
         try:
             text = self.tokenizer.apply_chat_template(
                 [m.model_dump() for m in messages],
+                tools=[dict(t) for t in tools] or None,
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
             )
@@ -81,21 +88,29 @@ class ChatTokenizer:
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         return list(ids)
 
-    def encode_prompt(self, messages: Sequence[Message]) -> list[int]:
+    def encode_prompt(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[int]:
         # The template writes any BOS token itself, so none is added when encoding.
-        text = self.render(messages, add_generation_prompt=True)
+        text = self.render(messages, add_generation_prompt=True, tools=tools)
         _check_kept(messages, text)
+        if tools:
+            self._check_tools_shown(messages, tools, text)
         return self.encode_text(text)
 
-    def encode_followup(self, messages: Sequence[Message]) -> list[int]:
-        full = self.render([*_BASE, *messages], add_generation_prompt=True)
-        if not full.startswith(self._base_text):
+    def encode_followup(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> list[int]:
+        # Rendered with the episode's tools too: some templates place them by the messages.
+        base = self._base_text(tools)
+        full = self.render([*_BASE, *messages], add_generation_prompt=True, tools=tools)
+        if not full.startswith(base):
             raise ChatTemplateError(
                 "the chat template renders earlier turns differently once new messages are "
                 f"added ({[m.role for m in messages]}), so they cannot be appended token by "
                 "token; use a template that only appends"
             )
-        added = full[len(self._base_text) :]
+        added = full[len(base) :]
         _check_kept(messages, added)
         return self.encode_text(added)
 
@@ -113,6 +128,28 @@ class ChatTokenizer:
             if tuple(generated[-have:]) == closing[:have]:
                 return list(closing[have:])
         return list(closing)
+
+    def _base_text(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        key = json.dumps(list(tools), sort_keys=True)
+        if key not in self._base_texts:
+            self._base_texts[key] = self.render(_BASE, add_generation_prompt=False, tools=tools)
+        return self._base_texts[key]
+
+    def _check_tools_shown(
+        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], text: str
+    ) -> None:
+        """Refuse a template that does not show the model its tools: one that takes no `tools`
+        renders the same text with and without them, and the model would be trained to call
+        functions it was never told about."""
+        without = self.render(messages, add_generation_prompt=True)
+        names = [str(t["function"]["name"]) for t in tools]
+        if text == without or not all(name in text for name in names):
+            raise ChatTemplateError(
+                f"the model's chat template does not show the model the tools {names} (it "
+                "renders the conversation without them); use a model whose template takes "
+                "`tools` (the default model's does), or describe the tools in the prompt and "
+                "leave the env's `tools` empty"
+            )
 
     def _closing_text(self) -> str:
         text = self.render(

@@ -16,7 +16,7 @@ import anyio
 from agenthub._env import Env
 from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._registry import make
-from agenthub._returns import reset_problems, step_problems
+from agenthub._returns import EnvReturnError, checked_tools, reset_problems, step_problems
 from agenthub._spec import EnvSpec
 from agenthub._types import Step, Task
 from agenthub.agents._chat import ChatTokenizer
@@ -222,6 +222,11 @@ class EpisodeRunner:
         reset = await self._env_call(state, "reset", lambda: env.reset(task, seed=seed))
         _check(reset_problems(reset))
         observation, _ = reset
+        try:
+            tools = checked_tools(env)
+        except Exception as exc:
+            detail = str(exc) if isinstance(exc, EnvReturnError) else f"{type(exc).__name__}: {exc}"
+            raise _Failed("env_error", f"tools: {detail}") from exc
         with _untokenizable("reset"):
             session = Session.start(
                 self.chat,
@@ -229,6 +234,7 @@ class EpisodeRunner:
                 observation,
                 chat_template=config.chat_template,
                 policy_version=self.engine.policy_version,
+                tools=tools,
             )
         state.session = session
         limit = self.engine.max_model_len

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from agenthub._types import Message, Observation, Task
 from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._engine import Generation
@@ -27,9 +30,11 @@ class Session:
         policy_version: int,
         *,
         chat_template: bool = True,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.chat = chat
         self.chat_template = chat_template
+        self.tools = tools
         self.tokens: list[int] = []
         self.loss_mask: list[int] = []
         self.logprobs: list[float] = []
@@ -47,18 +52,26 @@ class Session:
         *,
         chat_template: bool = True,
         policy_version: int = 0,
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> Session:
         """Open an episode on `task` followed by the environment's first observation.
 
         With `chat_template`, the task's prompt (text becomes one user message) and any first
-        messages are rendered through the chat template with the assistant generation prompt;
-        without it the prompt must be text and is tokenized as is.
+        messages are rendered through the chat template with the assistant generation prompt
+        and the `tools` the model may call; without it the prompt must be text and is tokenized
+        as is.
         """
         if chat_template:
             messages = task.messages()
             if isinstance(observation, list):
                 messages += observation
-            ids = chat.encode_prompt(messages)
+            ids = chat.encode_prompt(messages, tools)
+        elif tools:
+            raise ChatTemplateError(
+                f"the env offers tools {[t['function']['name'] for t in tools]} but the chat "
+                "template, which shows them to the model, is turned off; turn it on, or "
+                "describe the tools in the prompt and leave the env's `tools` empty"
+            )
         elif isinstance(observation, list) and observation:
             raise ChatTemplateError(
                 f"the env answered reset on task {task.id!r} with chat messages but the chat "
@@ -73,7 +86,7 @@ class Session:
             )
         if isinstance(observation, str):
             ids += chat.encode_text(observation)
-        return cls(chat, ids, policy_version, chat_template=chat_template)
+        return cls(chat, ids, policy_version, chat_template=chat_template, tools=tools)
 
     def add_generation(self, generation: Generation) -> str:
         """Append the sampled tokens as they are; return their text (the env's action)."""
@@ -104,7 +117,7 @@ class Session:
         ids: list[int] = []
         if self._open_turn is not None:
             ids += self.chat.missing_closing(self._open_turn)
-        ids += self.chat.encode_followup(list[Message](observation))
+        ids += self.chat.encode_followup(list[Message](observation), self.tools)
         self._append_context(ids, policy_version)
 
     def rollback(self, length: int) -> None:

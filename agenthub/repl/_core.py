@@ -42,6 +42,7 @@ from agenthub.repl._render import (
     show_step,
     show_task,
     show_tokens,
+    show_tools,
     to_json,
 )
 from agenthub.repl._replay import Replay
@@ -383,6 +384,7 @@ class Repl:
         episode = await self._open(task)
         if episode is None:
             return False
+        show_tools(self.console, episode.session.tools)
         show_observation(self.console, episode.first_observation)
         if episode.first_info:
             self.console.print(Text(f"info: {to_json(episode.first_info)}", style="dim"))

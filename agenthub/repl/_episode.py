@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agenthub._env import Env
-from agenthub._returns import checked_reset, checked_step
+from agenthub._returns import checked_reset, checked_step, checked_tools
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import (
     ChatTemplateError,
@@ -94,11 +94,14 @@ class Episode:
         started = time.perf_counter()
         try:
             observation, info = checked_reset(await env.reset(task, seed=seed))
+            took = time.perf_counter() - started
+            tools = checked_tools(env)
+            session = Session.start(
+                chat, task, observation, chat_template=chat_template, tools=tools
+            )
         except BaseException:
             await env.aclose()
             raise
-        took = time.perf_counter() - started
-        session = Session.start(chat, task, observation, chat_template=chat_template)
         episode = cls(env_id, env, task, seed, session, observation, dict(info))
         episode.kinds = ["prompt"] * len(session)
         episode.timings.env_s += took

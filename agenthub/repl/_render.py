@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -23,6 +23,7 @@ __all__ = [
     "show_step",
     "show_task",
     "show_tokens",
+    "show_tools",
     "to_json",
 ]
 
@@ -47,7 +48,7 @@ def show_task(console: Console, task: Task, index: int | None, seed: int | None)
         console.print(Text(task.prompt))
     else:
         for message in task.prompt:
-            _message(console, message.role, message.content)
+            _message(console, message.role, message.content, message.name)
     if task.label is not None:
         console.print(Text(f"label: {json.dumps(task.label)[:400]}", style="dim"))
 
@@ -59,13 +60,32 @@ def show_observation(console: Console, observation: Observation) -> None:
             console.print(Text(observation), markup=False)
         return
     for message in observation:
-        _message(console, message.role, message.content)
+        _message(console, message.role, message.content, message.name)
 
 
-def _message(console: Console, role: str, content: str) -> None:
-    line = Text(f"[{role}] ", style="bold blue")
+def _message(console: Console, role: str, content: str, name: str | None = None) -> None:
+    line = Text(f"[{role}{' ' + name if name else ''}] ", style="bold blue")
     line.append(content)
     console.print(line)
+
+
+def show_tools(console: Console, tools: Sequence[Mapping[str, Any]]) -> None:
+    """The functions the env offers the model: name, parameters and the description's first
+    line (the chat template shows the model all of it)."""
+    if not tools:
+        return
+    console.print(
+        Text(f"tools ({len(tools)}), shown to the model by the chat template:", style="bold")
+    )
+    for tool in tools:
+        function = tool["function"]
+        parameters = function.get("parameters") or {}
+        names = ", ".join(parameters.get("properties", {})) if isinstance(parameters, dict) else ""
+        line = Text(f"  {function['name']}({names})", style="cyan")
+        description = str(function.get("description") or "").strip().splitlines()
+        if description:
+            line.append(f"  {description[0]}", style="dim")
+        console.print(line, markup=False)
 
 
 def show_step(console: Console, number: int, step: Step[Any], total: float, seconds: float) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from agenthub._env import Env
 from agenthub._errors import CheckEnvError, NoTaskSourceError
 from agenthub._registry import make
-from agenthub._returns import plain_methods, reset_problems, step_problems
+from agenthub._returns import checked_tools, plain_methods, reset_problems, step_problems
 from agenthub._spec import EnvSpec
 from agenthub._types import Task
 
@@ -282,7 +282,13 @@ class _Checker:
         )
         if not ok or not self.check_reset(reset):
             return None
-        turns = [_Turn(reset[0], 0.0, False, False)]
+        try:
+            tools = checked_tools(self.env)
+        except Exception as exc:
+            self.fail(f"after reset(task {task.id!r}): {type(exc).__name__}: {exc}")
+            return None
+        # The tools are part of what the model is shown, so they must replay too.
+        turns = [_Turn((reset[0], tools), 0.0, False, False)]
         actions = itertools.chain(opening, itertools.cycle(self.actions))
         for n, action in zip(range(self.max_steps), actions, strict=False):
             ok, result = await self.guarded(

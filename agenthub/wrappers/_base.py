@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic
 
 import numpy as np
@@ -35,6 +35,14 @@ class Wrapper(Env[ObsT], Generic[ObsT]):
     @spec.setter
     def spec(self, value: EnvSpec | None) -> None:
         self.env.spec = value
+
+    @property
+    def tools(self) -> Sequence[Mapping[str, Any]]:
+        return self.env.tools
+
+    @tools.setter
+    def tools(self, value: Sequence[Mapping[str, Any]]) -> None:
+        self.env.tools = value
 
     @property
     def np_random(self) -> np.random.Generator:

@@ -51,6 +51,21 @@ def test_eval_runs_the_llm_judge_env_on_the_default_model(tmp_path: Path) -> Non
     assert {round(r, 1) for r in summary["rewards"]} <= {0.2, 0.9}
 
 
+def test_eval_shows_a_tool_env_s_tools_to_the_default_model(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from agenthub.agents.default_model import ensure_default_model
+
+    summary = run_eval("tests.unit._tool_envs:Calculator", ["--temperature", "0"], tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_default_model()))
+    for line in summary["lines"]:
+        t = json.loads(line)
+        opening = tokenizer.decode(t["tokens"][: t["loss_mask"].index(1)])
+        assert opening.startswith("<|im_start|>system\nYou can call these tools")
+        assert '"name": "add", "description": "Add two integers."' in opening
+        assert opening.endswith("Use the tools.<|im_end|>\n<|im_start|>assistant\n")
+
+
 def run_eval(env_id: str, args: list[str], out: Path) -> dict[str, Any]:
     """`agenthub eval` of 3 tasks x 2 samples; checks the run's files, returns the summary."""
     command = [

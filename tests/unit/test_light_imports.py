@@ -19,7 +19,7 @@ PROBE = textwrap.dedent(
 
     sys.meta_path.insert(0, Block())
     start = time.perf_counter()
-    import agenthub, agenthub.testing, agenthub.wrappers, agenthub.cli
+    import agenthub, agenthub.testing, agenthub.wrappers, agenthub.cli, agenthub.tools
     import agenthub.envs.reward_func, agenthub.envs.openrlhf_agent
     from agenthub.cli._main import build_parser
     build_parser()
@@ -52,9 +52,10 @@ def test_public_names_are_exported_and_exist() -> None:
     import agenthub.envs.openrlhf_agent as openrlhf_agent
     import agenthub.envs.reward_func as reward_func
     import agenthub.testing as testing
+    import agenthub.tools as tools
     import agenthub.wrappers as wrappers
 
-    for module in (agenthub, testing, wrappers, reward_func, openrlhf_agent):
+    for module in (agenthub, testing, tools, wrappers, reward_func, openrlhf_agent):
         assert sorted(module.__all__) == sorted(set(module.__all__))
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name} is in __all__ but missing"

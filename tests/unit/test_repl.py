@@ -518,3 +518,25 @@ async def test_an_answer_the_chat_template_cannot_render_stops_the_episode_until
     assert "the env's answer to step 1 cannot be tokenized: :undo or :reset" in out
     await h.type(":undo")
     assert h.episode.stuck is None and not h.episode.steps
+
+
+async def test_a_tool_env_shows_its_tools_and_answers_typed_calls(chat: ChatTokenizer) -> None:
+    from agenthub.agents.default_model._tokenizer import CHAT_TEMPLATE
+
+    showing = copy.copy(chat.tokenizer)
+    showing.chat_template = CHAT_TEMPLATE
+    h = Harness(ChatTokenizer(showing), env="tests.unit._tool_envs:Calculator")
+    await h.repl.start()
+    out = h.buffer.getvalue()
+    assert "tools (3), shown to the model by the chat template:" in out
+    assert "add(a, b)  Add two integers." in out and "multiply(a, b)  Multiply" in out
+    out = await h.type('<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>', "")
+    assert "[tool add] 5" in out
+    out = await h.type("5", "")
+    assert "reward 1  return 1  terminated True" in out
+    await h.repl.aclose()
+    # With a template that cannot show tools the REPL does not start, and says why.
+    h = Harness(chat, env="tests.unit._tool_envs:Calculator")
+    with pytest.raises(AgentHubError, match=r"does not show the model the tools \['add', "):
+        await h.repl.start()
+    assert h.repl.episode is None

@@ -8,7 +8,7 @@ __all__ = ["BUILDER_VERSION", "DefaultModelConfig"]
 
 # Bump whenever the builder's code changes what it writes: cached models from older builders
 # are then rebuilt rather than reused.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2  # 2: the chat template shows tools
 
 
 class DefaultModelConfig(BaseModel):

@@ -16,10 +16,25 @@ EOS = "<|im_end|>"
 SPECIAL_TOKENS = (PAD, BOS, EOS)
 
 # Qwen2's chat format: every message, whatever its role (system, user, assistant, tool), is
-# `<|im_start|>ROLE\nCONTENT<|im_end|>\n`; a generation prompt opens an assistant message.
+# `<|im_start|>ROLE\nCONTENT<|im_end|>\n`; a generation prompt opens an assistant message. Tools,
+# when given, open the conversation in a system message (after its own system text, if the
+# conversation starts with one) as one JSON schema per line, with how to call them: the
+# `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` form `agenthub.tools` reads.
 CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0]['role'] == 'system' %}"
+    "{{- messages[0]['content'] + '\\n\\n' }}"
+    "{%- endif %}"
+    "{{- 'You can call these tools, each described by a JSON schema:\\n<tools>\\n' }}"
+    "{%- for tool in tools %}{{- tool | tojson }}{{- '\\n' }}{%- endfor %}"
+    '{{- \'</tools>\\nTo call one, write <tool_call>{"name": NAME, "arguments": '
+    "{...}}</tool_call>; its result comes back as a tool message.<|im_end|>\\n' }}"
+    "{%- endif %}"
     "{%- for message in messages %}"
+    "{%- if not (tools and loop.first and message['role'] == 'system') %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )

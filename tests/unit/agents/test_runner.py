@@ -289,3 +289,42 @@ async def test_without_max_turns_the_env_decides_when_its_episode_ends(
 ) -> None:
     [t] = await runner(replying(chat), chat).collect([task(label=12)])
     assert (t.num_turns, t.terminated, t.truncated) == (12, True, False)
+
+
+async def test_a_tool_env_episode_shows_the_tools_and_runs_the_calls(
+    chat: ChatTokenizer, tool_chat: ChatTokenizer
+) -> None:
+    agenthub.register("agents-test-calculator", "tests.unit._tool_envs:Calculator", override=True)
+    replies = iter(
+        [
+            '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+            '<tool_call>{"name": "add", "arguments": {"a": 2}}</tool_call>',
+            "It is 5.",
+        ]
+    )
+    engine = FakeEngine(
+        lambda prompt: [*tool_chat.encode_text(next(replies)), tool_chat.closing_ids[0]],
+        stop_token_ids=tool_chat.stop_token_ids,
+    )
+    calculator = EpisodeRunner(engine, tool_chat, "agents-test-calculator", RolloutConfig())
+    [t] = await calculator.collect([Task(id="sum", prompt="What is 2 + 3?", label=5)])
+    assert t.error is None and t.terminated and t.num_turns == 3 and t.reward == 1.0
+    text = tool_chat.tokenizer.decode(t.tokens)
+    assert text.index('{"name": "add", "description": "Add two integers."') < text.index("2 + 3")
+    assert "<|im_start|>tool\n5<|im_end|>" in text
+    assert "<|im_start|>tool\nerror: bad arguments for add: b: Field required" in text
+    # The same episode with a template that cannot show tools fails, saying so.
+    blind = EpisodeRunner(replying(chat), chat, "agents-test-calculator", RolloutConfig())
+    [t] = await blind.collect([Task(id="sum", prompt="What is 2 + 3?", label=5)])
+    assert t.error is not None and t.error.cause == "env_error"
+    assert "does not show the model the tools ['add', 'multiply', 'divide']" in t.error.message
+
+
+async def test_an_env_whose_tools_are_not_schemas_fails_only_its_episode(
+    chat: ChatTokenizer,
+) -> None:
+    agenthub.register("agents-test-bad-tools", "tests.unit._tool_envs:BadTools", override=True)
+    bad = EpisodeRunner(replying(chat), chat, "agents-test-bad-tools", RolloutConfig())
+    [t] = await bad.collect([Task(id="t", prompt="x")])
+    assert t.error is not None and t.error.cause == "env_error"
+    assert t.error.message.startswith("tools: BadTools.tools[0] must be a dict")

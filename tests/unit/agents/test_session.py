@@ -124,3 +124,66 @@ def test_a_template_that_leaves_a_message_out_is_refused(chat: ChatTokenizer) ->
     with pytest.raises(ChatTemplateError, match="leaves out the text of a 'tool' message"):
         dropping_chat.encode_prompt([Message(role="user", content="x"),
                                      Message(role="tool", content="20")])  # fmt: skip
+
+
+# -- tools ------------------------------------------------------------------------------------
+
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+    },
+}
+
+
+def test_tools_open_the_episode_and_turns_still_append_exactly(tool_chat: ChatTokenizer) -> None:
+    task = Task(id="t", prompt=(Message(role="system", content="Be brief."),
+                                Message(role="user", content="What is 2 + 3?")))  # fmt: skip
+    session = Session.start(tool_chat, task, [], tools=[ADD])
+    opening = tool_chat.decode(session.tokens)
+    assert opening.index("Be brief.") < opening.index('"name": "add"') < opening.index("2 + 3")
+    session.add_generation(gen(tool_chat, '<tool_call>{"name": "add"}</tool_call>'))
+    session.add_observation([Message(role="tool", content="5", name="add")], policy_version=4)
+    session.add_generation(gen(tool_chat, "5"))
+    conversation = [
+        *task.messages(),
+        Message(role="assistant", content='<tool_call>{"name": "add"}</tool_call>'),
+        Message(role="tool", content="5", name="add"),
+    ]
+    expected = tool_chat.encode_prompt(conversation, [ADD]) + tool_chat.encode_text("5")
+    assert session.tokens == [*expected, tool_chat.closing_ids[0]]
+    # Without tools the template renders what it did before it knew about them.
+    assert tool_chat.render(task.messages(), add_generation_prompt=True) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_tools_are_refused_by_a_template_that_would_not_show_them(chat: ChatTokenizer) -> None:
+    # The test tokenizer's own template ignores `tools`: the model would never see them.
+    with pytest.raises(ChatTemplateError, match=r"does not show the model the tools \['add'\]"):
+        Session.start(chat, Task(id="t", prompt="What is 2 + 3?"), [], tools=[ADD])
+
+
+def test_tools_are_refused_with_the_chat_template_off(tool_chat: ChatTokenizer) -> None:
+    with pytest.raises(ChatTemplateError, match="offers tools .*'add'.* turned off"):
+        Session.start(tool_chat, Task(id="t", prompt="x"), "", tools=[ADD], chat_template=False)
+
+
+def test_message_name_and_call_id_reach_the_template_only_when_set(chat: ChatTokenizer) -> None:
+    assert Message(role="user", content="x").model_dump() == {"role": "user", "content": "x"}
+    named = Message(role="tool", content="5", name="add", tool_call_id="call-1")
+    assert named.model_dump() == {
+        "role": "tool", "content": "5", "name": "add", "tool_call_id": "call-1"
+    }  # fmt: skip
+    naming = copy.copy(chat.tokenizer)
+    naming.chat_template = chat.tokenizer.chat_template.replace(
+        "message['content']",
+        "(message.name + ': ' if message.name is defined else '') + message['content']",
+    )
+    text = ChatTokenizer(naming).render(
+        [Message(role="user", content="hi"), named], add_generation_prompt=False
+    )
+    assert "user\nhi<|im_end|>" in text and "tool\nadd: 5<|im_end|>" in text

@@ -1,0 +1,121 @@
+"""`ToolEnv`: a multi-turn environment in which the model calls Python functions, then answers."""
+
+from __future__ import annotations
+
+import abc
+import functools
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from agenthub._env import Env
+from agenthub._types import Message, Step, Task
+from agenthub.tools._calls import ToolCall, parse_tool_calls
+from agenthub.tools._schema import arguments_model, function_schema
+
+__all__ = ["ToolEnv"]
+
+
+class ToolEnv(Env[list[Message]], abc.ABC):
+    """A multi-turn environment where the model may call Python functions before it answers.
+
+    Subclass it with the functions and a `score`:
+
+        class Calculator(ToolEnv):
+            functions = (add, multiply)
+
+            async def score(self, task, answer):
+                return 1.0 if str(task.label) in answer else 0.0
+
+    The functions' schemas (`agenthub.tools.function_schema`) are offered to the model through
+    the chat template (`Env.tools`). Each reply's calls (`parse_tool_calls`) run in order, their
+    arguments checked against the type hints; the results come back as `tool` messages, and
+    a call that cannot run (unknown function, bad arguments, the function raised) is answered
+    with what went wrong, so the model can learn from it. A reply without calls is the answer:
+    `score(task, answer)` is its reward and the episode ends. After `max_turns` replies with
+    calls and no answer the episode is truncated with reward 0.
+
+    Plain `def` functions run in a worker thread and `async def` ones on the event loop. A
+    function that may hang or must not be trusted belongs in the sandbox
+    (`agenthub.sandbox`), not here: a thread cannot be killed.
+    """
+
+    functions: Sequence[Callable[..., Any]] = ()
+    max_turns: int = 8
+
+    def __init__(
+        self,
+        functions: Sequence[Callable[..., Any]] | None = None,
+        *,
+        max_turns: int | None = None,
+    ) -> None:
+        if functions is not None:
+            self.functions = tuple(functions)
+        if max_turns is not None:
+            self.max_turns = max_turns
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {self.max_turns}")
+        self._by_name: dict[str, tuple[Callable[..., Any], type[BaseModel]]] = {}
+        for function in self.functions:
+            name = function.__name__
+            if name in self._by_name:
+                raise ValueError(f"two tools are named {name!r}; tool names must be unique")
+            self._by_name[name] = (function, arguments_model(function))
+        self.tools = [function_schema(f) for f in self.functions]
+        self.task: Task | None = None
+        self.turns = 0
+
+    @abc.abstractmethod
+    async def score(self, task: Task, answer: str) -> float:
+        """The reward for `answer`, the reply that called no tool."""
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.reseed(seed)
+        self.task, self.turns = task, 0
+        return [], {}
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        if self.task is None:
+            raise RuntimeError("step called before reset")
+        calls = parse_tool_calls(action)
+        if not calls:
+            return Step([], await self.score(self.task, action), terminated=True)
+        self.turns += 1
+        results = [
+            Message(role="tool", content=await self.call(call), name=call.name or None)
+            for call in calls
+        ]
+        return Step(results, 0.0, truncated=self.turns >= self.max_turns)
+
+    async def call(self, call: ToolCall) -> str:
+        """Run one call and return what the model is told: the result as text (JSON unless
+        it is a str), or what went wrong."""
+        if call.error is not None:
+            return f"error: {call.error}"
+        if call.name not in self._by_name:
+            known = ", ".join(self._by_name) or "none"
+            return f"error: there is no tool named {call.name!r} (tools: {known})"
+        function, model = self._by_name[call.name]
+        try:
+            arguments = dict(model.model_validate(call.arguments))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()
+            )
+            return f"error: bad arguments for {call.name}: {problems}"
+        try:
+            if inspect.iscoroutinefunction(function):
+                result = await function(**arguments)
+            else:
+                result = await anyio.to_thread.run_sync(
+                    functools.partial(function, **arguments), abandon_on_cancel=True
+                )
+        except Exception as exc:
+            return f"error: {call.name} raised {type(exc).__name__}: {exc}"
+        return result if isinstance(result, str) else json.dumps(result, default=str)
