@@ -43,6 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
         init = actions.add_parser("init", help="scaffold a plugin package for a new env")
         init.add_argument("name", help="environment id and package name, e.g. guess-number")
         init.add_argument("--dir", default=None, help="where to create it (default: ./NAME)")
+        init.add_argument(
+            "--tools",
+            action="store_true",
+            help="the example env lets the model call Python functions (agenthub.tools.ToolEnv)",
+        )
         init.set_defaults(handler=_lazy("agenthub.cli._scaffold", "init_command"))
 
     from agenthub.cli._serve_rm import add_arguments as serve_rm_arguments

@@ -23,10 +23,17 @@ _LAYOUT = {
     "env.py.tmpl": "src/$module/env.py",
     "test_env.py.tmpl": "tests/test_env.py",
 }
+# `--tools`: a ToolEnv in place of the guessing game
+_TOOLS = {"env.py.tmpl": "env_tools.py.tmpl", "test_env.py.tmpl": "test_env_tools.py.tmpl"}
+_SUMMARY = {
+    False: "guess a secret number in a few turns, told higher or lower",
+    True: "work out a sum with big numbers by calling tools (Python functions)",
+}
 
 
-def scaffold(name: str, target: Path) -> list[Path]:
-    """Write a plugin package for env `name` into `target`; return the files written."""
+def scaffold(name: str, target: Path, *, tools: bool = False) -> list[Path]:
+    """Write a plugin package for env `name` into `target`; return the files written. With
+    `tools`, the example env is a `ToolEnv` whose model calls Python functions."""
     if not _NAME.match(name):
         raise AgentHubError(
             f"{name!r} is not a valid environment name; use lowercase letters, digits, "
@@ -36,13 +43,19 @@ def scaffold(name: str, target: Path) -> list[Path]:
     _check_free(name, module)
     if target.exists() and any(target.iterdir()):
         raise AgentHubError(f"{target} already exists and is not empty; choose another --dir")
-    values = {"name": name, "module": module, "class_name": _class_name(module)}
+    values = {
+        "name": name,
+        "module": module,
+        "class_name": _class_name(module),
+        "summary": _SUMMARY[tools],
+    }
     templates = files("agenthub.cli") / "templates" / "plugin"
     written = []
     for template, relative in _LAYOUT.items():
         path = target / string.Template(relative).substitute(values)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = string.Template((templates / template).read_text(encoding="utf-8"))
+        source = _TOOLS.get(template, template) if tools else template
+        text = string.Template((templates / source).read_text(encoding="utf-8"))
         path.write_text(text.substitute(values), encoding="utf-8")
         written.append(path)
     return written
@@ -80,7 +93,7 @@ def _class_name(module: str) -> str:
 
 def init_command(args: argparse.Namespace) -> int:
     target = Path(args.dir) if args.dir else Path(args.name)
-    written = scaffold(args.name, target)
+    written = scaffold(args.name, target, tools=args.tools)
     console = Console()
     console.print(f"Created plugin package [bold]{args.name}[/bold] in {target}/:")
     for path in written:

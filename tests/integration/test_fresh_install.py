@@ -53,17 +53,21 @@ def test_light_install_lists_envs_without_torch(fresh_venv: Path) -> None:
     assert probe.stdout.strip() == "[]", "the light install must not pull in the training stack"
 
 
+@pytest.mark.parametrize(
+    ("name", "options", "class_name"),
+    [("guess-number", [], "GuessNumberEnv"), ("big-sums", ["--tools"], "BigSumsEnv")],
+)
 def test_scaffolded_plugin_installs_lists_checks_and_makes(
-    fresh_venv: Path, tmp_path: Path
+    fresh_venv: Path, tmp_path: Path, name: str, options: list[str], class_name: str
 ) -> None:
     bin_dir = fresh_venv / "bin"
-    run(bin_dir / "agenthub", "env", "init", "guess-number", "--dir", tmp_path / "guess-number")
-    run(bin_dir / "python", "-m", "pip", "install", "-q", "-e", tmp_path / "guess-number")
+    run(bin_dir / "agenthub", "env", "init", name, *options, "--dir", tmp_path / name)
+    run(bin_dir / "python", "-m", "pip", "install", "-q", "-e", tmp_path / name)
 
     listing = run(bin_dir / "agenthub", "envs", "list", "--json")
     rows = {json.loads(line)["id"]: json.loads(line) for line in listing.stdout.splitlines()}
-    assert rows["guess-number"]["package"] == "guess-number"
-    assert rows["guess-number"]["error"] is None
+    assert rows[name]["package"] == name
+    assert rows[name]["error"] is None
 
     tests = run(
         bin_dir / "python",
@@ -72,18 +76,17 @@ def test_scaffolded_plugin_installs_lists_checks_and_makes(
         "-q",
         "-p",
         "no:cacheprovider",
-        tmp_path / "guess-number" / "tests",
+        tmp_path / name / "tests",
         cwd=tmp_path,
     )
     assert "3 passed" in tests.stdout
     made = run(
         bin_dir / "python",
         "-c",
-        "import agenthub; e = agenthub.make('guess-number'); "
-        "print(type(e).__name__, e.spec.package)",
+        f"import agenthub; e = agenthub.make('{name}'); print(type(e).__name__, e.spec.package)",
     )
-    assert made.stdout.split() == ["GuessNumberEnv", "guess-number"]
-    run(bin_dir / "agenthub", "envs", "check", "guess-number")
+    assert made.stdout.split() == [class_name, name]
+    run(bin_dir / "agenthub", "envs", "check", name)
 
 
 def test_broken_plugin_is_named_in_the_listing(fresh_venv: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -240,6 +241,22 @@ def test_scaffold_writes_a_package_with_entry_point(tmp_path: Path) -> None:
     for path in written:
         if path.suffix == ".py":
             compile(path.read_text(), str(path), "exec")
+
+
+def test_scaffold_with_tools_writes_a_tool_env_whose_tests_pass(tmp_path: Path) -> None:
+    assert main(["env", "init", "big-sums", "--tools", "--dir", str(tmp_path / "pkg")]) == 0
+    env_py = (tmp_path / "pkg" / "src" / "big_sums" / "env.py").read_text()
+    assert "class BigSumsEnv(ToolEnv):" in env_py
+    assert "by calling tools" in (tmp_path / "pkg" / "README.md").read_text()
+    # Its own tests, but the one that needs it pip-installed (the entry point).
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "not registered",
+         str(tmp_path / "pkg" / "tests")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "pkg" / "src")},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 passed, 1 deselected" in result.stdout
 
 
 @pytest.mark.parametrize("name", ["My Game", "1st", "a--b", "", "x/y"])
