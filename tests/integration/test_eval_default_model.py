@@ -5,6 +5,7 @@ served on loopback (the acceptance runs of the rollout, sandbox and math/judge i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from ..conftest import FIXTURES
+from ..conftest import FIXTURES, REPO
 from ..judge_server import judge_server
+from ..unit._plugins import declare
 
 pytestmark = [pytest.mark.integration, pytest.mark.smoke, pytest.mark.timeout(1500)]
 
@@ -56,7 +58,13 @@ def test_eval_shows_a_tool_env_s_tools_to_the_default_model(tmp_path: Path) -> N
 
     from agenthub.agents.default_model import ensure_default_model
 
-    summary = run_eval("tests.unit._tool_envs:Calculator", ["--temperature", "0"], tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    declare(site, "calculator-tools", {"calculator": "tests.unit._tool_envs:Calculator"})
+    paths = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", paths)
+        summary = run_eval("calculator", ["--temperature", "0"], tmp_path / "run")
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_default_model()))
     for line in summary["lines"]:
         t = json.loads(line)
