@@ -12,12 +12,15 @@ from agenthub.agents._errors import ChatTemplateError
 
 __all__ = ["ChatTokenizer"]
 
-# A stand-in conversation that new messages are rendered after. Rendering `_BASE + new` and
-# cutting off the rendering of `_BASE` gives exactly the text the template adds for `new`
-# (role headers, separators, the assistant generation prompt), including anything it only
-# emits after earlier turns, without depending on how the real history would render.
-_BASE = [Message(role="user", content="x"), Message(role="assistant", content="y")]
+# A stand-in conversation that new messages are rendered after: a user turn, then an assistant
+# reply whose text is a sentinel. In the rendering of `_BASE + new`, what follows the reply's
+# text and the template's closing of it is exactly the text the template adds for `new` (role
+# headers, separators, the generation prompt), including anything it only emits after earlier
+# turns, without depending on how the real history would render. How the template dresses the
+# stand-in reply itself does not matter (Qwen3 gives the last reply an empty think block and
+# drops it once more messages follow): the real reply's tokens are the ones sampled.
 _SENTINEL = "\u2063agenthub-reply\u2063"
+_BASE = [Message(role="user", content="x"), Message(role="assistant", content=_SENTINEL)]
 
 
 class ChatTokenizer:
@@ -39,9 +42,11 @@ class ChatTokenizer:
         eos = tokenizer.eos_token_id
         stops = {eos} if isinstance(eos, int) else set()
         self.closing_ids: tuple[int, ...] = ()
-        self._base_texts: dict[str, str] = {}
+        self._closing = ""
+        self._user_texts: dict[str, str] = {}
         if self.has_chat_template:
-            self.closing_ids = tuple(self.encode_text(self._closing_text()))
+            self._closing = self._closing_text()
+            self.closing_ids = tuple(self.encode_text(self._closing))
             special = set(tokenizer.all_special_ids)
             if self.closing_ids and self.closing_ids[0] in special:
                 stops.add(self.closing_ids[0])
@@ -102,15 +107,22 @@ class ChatTokenizer:
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()
     ) -> list[int]:
         # Rendered with the episode's tools too: some templates place them by the messages.
-        base = self._base_text(tools)
         full = self.render([*_BASE, *messages], add_generation_prompt=True, tools=tools)
-        if not full.startswith(base):
+        reply = full.find(_SENTINEL)
+        after = full[reply + len(_SENTINEL) :]
+        if reply < 0 or not full.startswith(self._user_text(tools)):
             raise ChatTemplateError(
                 "the chat template renders earlier turns differently once new messages are "
                 f"added ({[m.role for m in messages]}), so they cannot be appended token by "
                 "token; use a template that only appends"
             )
-        added = full[len(base) :]
+        if not after.startswith(self._closing):
+            raise ChatTemplateError(
+                "the chat template ends an assistant reply differently once new messages "
+                f"({[m.role for m in messages]}) follow it ({after[:40]!r} instead of "
+                f"{self._closing!r}), so they cannot be appended token by token"
+            )
+        added = after[len(self._closing) :]
         _check_kept(messages, added)
         return self.encode_text(added)
 
@@ -129,11 +141,13 @@ class ChatTokenizer:
                 return list(closing[have:])
         return list(closing)
 
-    def _base_text(self, tools: Sequence[Mapping[str, Any]]) -> str:
+    def _user_text(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """The stand-in user turn as the template renders it on its own (with any system
+        text or tools it adds first): a follow-up rendering must start with it unchanged."""
         key = json.dumps(list(tools), sort_keys=True)
-        if key not in self._base_texts:
-            self._base_texts[key] = self.render(_BASE, add_generation_prompt=False, tools=tools)
-        return self._base_texts[key]
+        if key not in self._user_texts:
+            self._user_texts[key] = self.render(_BASE[:1], add_generation_prompt=False, tools=tools)
+        return self._user_texts[key]
 
     def _check_tools_shown(
         self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], text: str
@@ -152,9 +166,7 @@ class ChatTokenizer:
             )
 
     def _closing_text(self) -> str:
-        text = self.render(
-            [_BASE[0], Message(role="assistant", content=_SENTINEL)], add_generation_prompt=False
-        )
+        text = self.render(_BASE, add_generation_prompt=False)
         at = text.find(_SENTINEL)
         if at < 0:
             raise ChatTemplateError(

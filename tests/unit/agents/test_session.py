@@ -187,3 +187,42 @@ def test_message_name_and_call_id_reach_the_template_only_when_set(chat: ChatTok
         [Message(role="user", content="hi"), named], add_generation_prompt=False
     )
     assert "user\nhi<|im_end|>" in text and "tool\nadd: 5<|im_end|>" in text
+
+
+def test_a_template_that_dresses_the_last_reply_differently_still_appends(
+    chat: ChatTokenizer,
+) -> None:
+    # As Qwen3's does: the final assistant reply gets an empty think block, which goes once
+    # more messages follow it. Only what follows the reply counts for a follow-up.
+    dressing = copy.copy(chat.tokenizer)
+    dressing.chat_template = (
+        "{%- for message in messages %}"
+        "{%- if message.role == 'assistant' and loop.last %}"
+        "{{- '<|im_start|>assistant\\n<think></think>' + message.content + '<|im_end|>\\n' }}"
+        "{%- else %}"
+        "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+    dressed = ChatTokenizer(dressing)
+    session = Session.start(dressed, Task(id="t", prompt="Count down."), [])
+    session.add_generation(gen(dressed, "2"))
+    session.add_observation([Message(role="tool", content="1 (noise)")], policy_version=0)
+    expected = "<|im_start|>tool\n1 (noise)<|im_end|>\n<|im_start|>assistant\n"
+    assert dressed.tokenizer.decode(session.tokens).endswith(f"2<|im_end|>\n{expected}")
+    assert session.tokens[-len(dressed.encode_text(expected)) :] == dressed.encode_text(expected)
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused(chat: ChatTokenizer) -> None:
+    # The user's text is shown only while it is the last user turn: not append-only.
+    rewriting = copy.copy(chat.tokenizer)
+    rewriting.chat_template = chat.tokenizer.chat_template.replace(
+        "message['content']",
+        "(message['content'] if loop.revindex <= 2 else '...')",
+    )
+    rewritten = ChatTokenizer(rewriting)
+    session = Session.start(rewritten, Task(id="t", prompt="Count down."), [])
+    session.add_generation(gen(rewritten, "2"))
+    with pytest.raises(ChatTemplateError, match="renders earlier turns differently"):
+        session.add_observation([Message(role="user", content="1 (noise)")], policy_version=0)
