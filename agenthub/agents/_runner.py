@@ -84,7 +84,8 @@ def _untokenizable(what: str) -> Iterator[None]:
     try:
         yield
     except ChatTemplateError as exc:
-        raise _Failed("env_error", f"{what}: its observation cannot be tokenized: {exc}") from exc
+        told = "its observation" if what == "step" else "the prompt, first observation or tools"
+        raise _Failed("env_error", f"{what}: {told} cannot be tokenized: {exc}") from exc
 
 
 def _derive_seed(base: int, task_id: str, sample: int, turn: int = -1) -> int:
@@ -296,8 +297,9 @@ class EpisodeRunner:
             raise _Failed("score_error", f"{type(exc).__name__}: {exc}") from exc
         except _Failed:
             raise
-        except Exception as exc:
-            # The env is user code: its failure is data about this episode, not a crash.
+        except (Exception, SystemExit) as exc:
+            # The env is user code: its failure (even a sys.exit deep in some library it calls)
+            # is data about this episode, not the end of the run.
             raise _Failed("env_error", f"{what}: {type(exc).__name__}: {exc}") from exc
         finally:
             state.timings.env_s += time.perf_counter() - started

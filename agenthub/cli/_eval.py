@@ -154,6 +154,8 @@ def eval_command(args: argparse.Namespace) -> int:
             "command again re-runs them.",
             file=sys.stderr,
         )
+        if len(failed) == len(trajectories):
+            return 1  # nothing was measured: a setup problem, most likely, not the model
     return 0
 
 

@@ -55,6 +55,8 @@ class TrackedEnv(Env[list[Message]]):
             time.sleep(float(self.meta.get("step_block_s", 0.0)))  # noqa: ASYNC251 - on purpose
             if self.meta.get("fail_at") == self.turn:
                 raise ValueError(f"broken at turn {self.turn}")
+            if self.meta.get("exit_at") == self.turn:
+                raise SystemExit(f"sys.exit at turn {self.turn}")
             if self.meta.get("score_error"):
                 raise RewardFuncError("reward file returned a string")
             self.remaining -= 1

@@ -200,3 +200,18 @@ def test_no_chat_template_tokenizes_text_prompts_as_they_are(
     assert main([*command, "--out", str(tmp_path / "templated")]) == 0
     expected = chat.encode_prompt([agenthub.Message(role="user", content=templated)])
     assert [prompt for prompt, _ in calls] == [expected]
+
+
+def test_eval_exits_non_zero_when_every_episode_failed(
+    tmp_path: Path,
+    chat: ChatTokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
+    _record_generations(chat, monkeypatch)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "Go.", "label": 1, "fail_at": 1}\n')
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "-k", "2"]
+    assert main([*command, "--out", str(tmp_path / "out")]) == 1
+    assert "2 of 2 episodes ended in errors (env_error x2)" in capsys.readouterr().err

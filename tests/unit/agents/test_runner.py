@@ -328,3 +328,12 @@ async def test_an_env_whose_tools_are_not_schemas_fails_only_its_episode(
     [t] = await bad.collect([Task(id="t", prompt="x")])
     assert t.error is not None and t.error.cause == "env_error"
     assert t.error.message.startswith("tools: BadTools.tools[0] must be a dict")
+
+
+async def test_an_env_calling_sys_exit_fails_only_its_episode(chat: ChatTokenizer) -> None:
+    out = await runner(replying(chat), chat).collect([task(0, exit_at=1), task(1, label=1)])
+    by_id = {t.task_id: t for t in out}
+    error = by_id["task-0"].error
+    assert error is not None and error.cause == "env_error"
+    assert error.message == "step: SystemExit: sys.exit at turn 1"
+    assert by_id["task-1"].error is None and by_id["task-1"].terminated
