@@ -53,12 +53,14 @@ def check_env(
     `env` is an instance, a zero-argument factory, or a registered id. The checker plays a few
     episodes with `actions` (cycled) on `tasks` (by default the env's first two `train`
     tasks), one of them opening with the task's answer where it has one (`metadata["reference"]`
-    or a text or number `label`), and checks: types of everything returned, JSON-serialisable tasks,
-    observations and info, that episodes end within `max_steps`, that the same seed and actions
-    replay the same episode, that a cancelled `reset` or `step` leaves the env usable, that
-    `aclose` is idempotent, that `env.spec` round-trips through JSON, and that no call blocks
-    the event loop for more than `max_block_s` (training runs many episodes on one loop). Call
-    it from a plain (sync) test; inside a running event loop use `acheck_env`.
+    or a text or number `label`); an env with `tools` is first sent a reply calling each of them
+    (arguments made from its schema) and one with a broken call. It checks: types of
+    everything returned, JSON-serialisable tasks, observations, info and tools, that episodes
+    end within `max_steps`, that the same seed and actions replay the same episode, that a
+    cancelled `reset` or `step` leaves the env usable, that `aclose` is idempotent, that
+    `env.spec` round-trips through JSON, and that no call blocks the event loop for more than
+    `max_block_s` (training runs many episodes on one loop). Call it from a plain (sync) test;
+    inside a running event loop use `acheck_env`.
     """
     anyio.run(
         lambda: acheck_env(
@@ -289,6 +291,8 @@ class _Checker:
             return None
         # The tools are part of what the model is shown, so they must replay too.
         turns = [_Turn((reset[0], tools), 0.0, False, False)]
+        if tools and not opening:
+            opening = _tool_calls(tools)
         actions = itertools.chain(opening, itertools.cycle(self.actions))
         for n, action in zip(range(self.max_steps), actions, strict=False):
             ok, result = await self.guarded(
@@ -348,6 +352,61 @@ class _Checker:
             ok, _ = await self.guarded(f"the {attempt} aclose()", self.env.aclose)
             if not ok:
                 return
+
+
+def _tool_calls(tools: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """Replies that call tools, so an env's tool functions run under the checks too: one reply
+    calling every tool (with arguments made from its schema), then one with a broken call."""
+    calls = "".join(
+        "<tool_call>"
+        + json.dumps(
+            {
+                "name": tool["function"]["name"],
+                "arguments": _example(tool["function"].get("parameters") or {}, root=None),
+            }
+        )
+        + "</tool_call>"
+        for tool in tools
+    )
+    return calls, '<tool_call>{"name": </tool_call>'
+
+
+def _example(schema: Any, root: Any) -> Any:
+    """A value that fits a JSON schema as tools' parameters use it (defaults first)."""
+    if not isinstance(schema, Mapping):
+        return None
+    root = schema if root is None else root
+    if "$ref" in schema:
+        name = str(schema["$ref"]).rsplit("/", 1)[-1]
+        return _example(root.get("$defs", {}).get(name, {}), root)
+    if "default" in schema:
+        return schema["default"]
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = [o for o in schema.get(key, ()) if o.get("type") != "null"]
+        if options:
+            return _example(options[0], root)
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0))
+        value = max(1, low + (1 if "exclusiveMinimum" in schema else 0))
+        return value if kind == "integer" else float(value)
+    if kind == "string":
+        return "a" * max(1, int(schema.get("minLength", 1)))
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return [_example(schema.get("items", {}), root)] * int(schema.get("minItems", 0))
+    if kind == "object":
+        properties = schema.get("properties", {})
+        return {
+            k: _example(properties[k], root) for k in schema.get("required", ()) if k in properties
+        }
+    return None
 
 
 def _answer(task: Task) -> str | None:

@@ -11,6 +11,7 @@ __all__ = ["ToolCall", "parse_tool_calls"]
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 _OPEN = "<tool_call>"
+_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,13 +23,17 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    id: str | None = None
+    """The call's id, when the model wrote one (`"id": ...`): the answer's `tool_call_id`."""
 
 
 def parse_tool_calls(text: str) -> list[ToolCall]:
     """The calls in `text`, in order: each `<tool_call>{"name": ..., "arguments": {...}}
     </tool_call>` block (the Hermes form, which Qwen2.5/Qwen3 and the default model's chat
     template describe). `arguments` may also be given as a JSON string or as `parameters`. A
-    `<tool_call>` left open at the end of the text is read as a call with an error."""
+    `<tool_call>` left open at the end of the text is read as a call with an error. Calls
+    inside `<think>...</think>` reasoning are the model thinking aloud and are not read."""
+    text = _THINKING.sub("", text)
     calls = [_read(body) for body in _CALL.findall(text)]
     tail = _CALL.sub("", text)
     if _OPEN in tail:
@@ -49,14 +54,14 @@ def _read(body: str) -> ToolCall:
             error='the tool call must be a JSON object {"name": ..., "arguments": {...}}',
         )
     name = call["name"]
+    call_id = str(call["id"]) if call.get("id") is not None else None
     arguments = call.get("arguments", call.get("parameters", {}))
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return ToolCall(name=name, error=f"the arguments are not valid JSON: {exc}")
+            return ToolCall(name, error=f"the arguments are not valid JSON: {exc}", id=call_id)
     if not isinstance(arguments, dict):
-        return ToolCall(
-            name=name, error=f"the arguments must be a JSON object, got {type(arguments).__name__}"
-        )
-    return ToolCall(name=name, arguments=arguments)
+        kind = type(arguments).__name__
+        return ToolCall(name, error=f"the arguments must be a JSON object, got {kind}", id=call_id)
+    return ToolCall(name, arguments, id=call_id)

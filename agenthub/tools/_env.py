@@ -5,11 +5,11 @@ from __future__ import annotations
 import abc
 import functools
 import inspect
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from agenthub._env import Env
@@ -37,7 +37,11 @@ class ToolEnv(Env[list[Message]], abc.ABC):
     a call that cannot run (unknown function, bad arguments, the function raised) is answered
     with what went wrong, so the model can learn from it. A reply without calls is the answer:
     `score(task, answer)` is its reward and the episode ends. After `max_turns` replies with
-    calls and no answer the episode is truncated with reward 0.
+    calls and no answer the episode is truncated with reward 0. A result longer than
+    `max_result_chars` is cut there (the model is told how much was left out).
+
+    A `reset` that narrows `self.tools` for a task also narrows what may be called. Calls
+    inside `<think>` reasoning are not run. `score` gets the whole reply, reasoning included.
 
     Plain `def` functions run in a worker thread and `async def` ones on the event loop. A
     function that may hang or must not be trusted belongs in the sandbox
@@ -46,6 +50,7 @@ class ToolEnv(Env[list[Message]], abc.ABC):
 
     functions: Sequence[Callable[..., Any]] = ()
     max_turns: int = 8
+    max_result_chars: int = 4000
 
     def __init__(
         self,
@@ -88,7 +93,12 @@ class ToolEnv(Env[list[Message]], abc.ABC):
             return Step([], await self.score(self.task, action), terminated=True)
         self.turns += 1
         results = [
-            Message(role="tool", content=await self.call(call), name=call.name or None)
+            Message(
+                role="tool",
+                content=await self.call(call),
+                name=call.name or None,
+                tool_call_id=call.id,
+            )
             for call in calls
         ]
         return Step(results, 0.0, truncated=self.turns >= self.max_turns)
@@ -98,8 +108,9 @@ class ToolEnv(Env[list[Message]], abc.ABC):
         it is a str), or what went wrong."""
         if call.error is not None:
             return f"error: {call.error}"
-        if call.name not in self._by_name:
-            known = ", ".join(self._by_name) or "none"
+        offered = [str(tool["function"]["name"]) for tool in self.tools]
+        if call.name not in offered or call.name not in self._by_name:
+            known = ", ".join(offered) or "none"
             return f"error: there is no tool named {call.name!r} (tools: {known})"
         function, model = self._by_name[call.name]
         try:
@@ -116,6 +127,27 @@ class ToolEnv(Env[list[Message]], abc.ABC):
                 result = await anyio.to_thread.run_sync(
                     functools.partial(function, **arguments), abandon_on_cancel=True
                 )
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             return f"error: {call.name} raised {type(exc).__name__}: {exc}"
-        return result if isinstance(result, str) else json.dumps(result, default=str)
+        try:
+            text = result if isinstance(result, str) else _json(result)
+        except (TypeError, ValueError) as exc:
+            return f"error: {call.name} returned a result that is not JSON: {exc}"
+        if len(text) > self.max_result_chars:
+            left = len(text) - self.max_result_chars
+            text = f"{text[: self.max_result_chars]}\n[... {left} more characters cut]"
+        return text
+
+
+def _json(value: Any) -> str:
+    """`value` as JSON text: pydantic models, dataclasses and numpy values included."""
+
+    def plain(item: Any) -> Any:
+        if hasattr(item, "tolist"):  # numpy scalars and arrays
+            return item.tolist()
+        raise TypeError(f"{type(item).__name__} is not JSON")
+
+    try:
+        return pydantic_core.to_json(value, fallback=plain, inf_nan_mode="strings").decode()
+    except pydantic_core.PydanticSerializationError as exc:
+        raise TypeError(str(exc)) from exc

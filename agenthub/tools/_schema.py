@@ -30,8 +30,8 @@ def function_schema(function: Callable[..., Any]) -> dict[str, Any]:
                 b: the second one
             '''
     """
-    description, _ = _docstring(function)
     parameters = arguments_model(function).model_json_schema()
+    description, _ = _docstring(function)
     _drop_titles(parameters)
     return {
         "type": "function",
@@ -44,10 +44,12 @@ def function_schema(function: Callable[..., Any]) -> dict[str, Any]:
 
 
 def arguments_model(function: Callable[..., Any]) -> type[BaseModel]:
-    """A pydantic model of `function`'s parameters, to validate the arguments of a call."""
+    """A pydantic model of `function`'s parameters, to validate the arguments of a call.
+    `Annotated[int, Field(ge=0, description=...)]` hints keep their constraints."""
+    _check_named(function)
     _, described = _docstring(function)
     try:
-        hints = typing.get_type_hints(function)
+        hints = typing.get_type_hints(function, include_extras=True)
     except NameError as exc:
         raise TypeError(
             f"the type hints of {function.__name__} do not resolve ({exc}); define the types "
@@ -65,16 +67,32 @@ def arguments_model(function: Callable[..., Any]) -> type[BaseModel]:
                 f"{function.__name__}'s parameter {name!r} is positional-only; tools are "
                 "called with keyword arguments"
             )
+        if name not in hints:
+            raise TypeError(
+                f"{function.__name__}'s parameter {name!r} has no type hint; annotate it "
+                f"({name}: int, say) so the model is told what to pass"
+            )
         default = ... if parameter.default is parameter.empty else parameter.default
-        fields[name] = (
-            hints.get(name, Any),
-            Field(default, description=described.get(name)),
-        )
+        info = Field(default, description=described[name]) if name in described else Field(default)
+        fields[name] = (hints[name], info)
     return create_model(
         f"{function.__name__}_arguments",
         __config__=ConfigDict(extra="forbid"),
         **fields,
     )
+
+
+def _check_named(function: Callable[..., Any]) -> None:
+    if not (inspect.isfunction(function) or inspect.ismethod(function)):
+        raise TypeError(
+            f"a tool must be a function defined with def (or async def), got "
+            f"{type(function).__name__} {function!r}; wrap it in one, named as the model "
+            "should call it"
+        )
+    if function.__name__ == "<lambda>":
+        raise TypeError(
+            "a tool cannot be a lambda: it has no name for the model to call; define it with def"
+        )
 
 
 def _docstring(function: Callable[..., Any]) -> tuple[str, dict[str, str]]:

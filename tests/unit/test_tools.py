@@ -3,11 +3,15 @@ running them as a multi-turn environment that `check_env` accepts."""
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Literal
+import sys
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
+import numpy as np
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agenthub import CheckEnvError, Message, Task
 from agenthub._returns import EnvReturnError, checked_tools
@@ -98,6 +102,56 @@ def test_functions_whose_parameters_cannot_be_named_are_refused(source: str, mes
         function_schema(scope["f"])  # type: ignore[arg-type]
 
 
+def test_annotated_constraints_reach_the_schema_and_the_checks() -> None:
+    def root(x: Annotated[float, Field(ge=0, description="not negative")]) -> float:
+        """Square root."""
+        return float(x**0.5)
+
+    assert function_schema(root)["function"]["parameters"]["properties"]["x"] == {
+        "type": "number",
+        "minimum": 0,
+        "description": "not negative",
+    }
+
+
+async def test_a_constraint_refuses_the_call_before_the_function_runs() -> None:
+    def root(x: Annotated[float, Field(ge=0)]) -> float:
+        """Square root."""
+        return float(x**0.5)
+
+    class Roots(Calculator):
+        functions = (root,)
+
+    env = Roots()
+    await env.reset(Task(id="t", prompt="?", label=2))
+    [told] = (await env.step(call("root", x=-4))).observation
+    assert (
+        told.content
+        == "error: bad arguments for root: x: Input should be greater than or equal to 0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "message"),
+    [
+        (functools.partial(add, b=1), "a tool must be a function defined with def .*got partial"),
+        (lambda a: a, "a tool cannot be a lambda"),
+        (print, "got builtin_function_or_method"),
+    ],
+)
+def test_tools_that_are_not_named_functions_are_refused(tool: object, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        function_schema(tool)  # type: ignore[arg-type]
+
+
+def test_a_parameter_without_a_type_hint_is_refused() -> None:
+    def lookup(key, default: str = "") -> str:  # type: ignore[no-untyped-def]
+        return str(key)
+
+    with pytest.raises(TypeError, match="parameter 'key' has no type hint; annotate it"):
+        function_schema(lookup)
+
+
 def test_type_hints_that_do_not_resolve_say_where_to_define_the_types() -> None:
     class Local(BaseModel):
         x: int
@@ -127,6 +181,14 @@ def test_calls_are_read_in_order_in_every_accepted_form() -> None:
         ToolCall("nothing", {}),
     ]
     assert parse_tool_calls("The answer is 5.") == []
+
+
+def test_calls_inside_reasoning_are_not_read_and_ids_are_kept() -> None:
+    text = (
+        '<think>maybe <tool_call>{"name": "divide", "arguments": {"a": 1, "b": 0}}</tool_call>'
+        '</think><tool_call>{"name": "add", "id": "call-7", "arguments": {"a": 1}}</tool_call>'
+    )
+    assert parse_tool_calls(text) == [ToolCall("add", {"a": 1}, id="call-7")]
 
 
 @pytest.mark.parametrize(
@@ -166,7 +228,7 @@ async def test_calls_are_answered_with_tool_messages_then_the_answer_is_scored()
     ]
     assert (step.reward, step.terminated, step.truncated) == (0.0, False, False)
     step = await env.step(call("divide", a=1, b=4))
-    assert step.observation == [Message(role="tool", content='{"quotient": 0.25}', name="divide")]
+    assert step.observation == [Message(role="tool", content='{"quotient":0.25}', name="divide")]
     step = await env.step("The answer is 5.")
     assert (step.observation, step.reward, step.terminated) == ([], 1.0, True)
 
@@ -196,6 +258,73 @@ async def test_a_call_that_cannot_run_is_answered_with_what_went_wrong(
     assert (step.reward, step.terminated, step.truncated) == (0.0, False, False)
 
 
+@dataclass
+class Reading:
+    celsius: float
+
+
+def thermometer() -> Reading:
+    """A reading."""
+    return Reading(np.float32(21.5))  # type: ignore[arg-type]
+
+
+def samples() -> object:
+    """Numbers."""
+    return {"values": np.arange(3), "model": Point(x=1, y=2), "missing": float("nan")}
+
+
+def handle() -> object:
+    """Not data."""
+    return sys.stdin
+
+
+def quits() -> int:
+    """Leaves."""
+    raise SystemExit(3)
+
+
+def long_text() -> str:
+    """A lot."""
+    return "x" * 5000
+
+
+@pytest.mark.parametrize(
+    ("function", "told"),
+    [
+        (thermometer, '{"celsius":21.5}'),
+        (samples, '{"values":[0,1,2],"model":{"x":1.0,"y":2.0},"missing":"NaN"}'),
+        (handle, "error: handle returned a result that is not JSON: "),
+        (quits, "error: quits raised SystemExit: 3"),
+        (long_text, "x" * 4000 + "\n[... 1000 more characters cut]"),
+    ],
+)
+async def test_results_are_json_text_and_what_cannot_be_is_told(
+    function: object, told: str
+) -> None:
+    env = Calculator(functions=[function])  # type: ignore[list-item]
+    await env.reset(Task(id="t", prompt="?", label=5))
+    [message] = (await env.step(call(function.__name__))).observation  # type: ignore[attr-defined]
+    assert message.content.startswith(told), message.content
+    assert message.content == told or told.startswith("error")
+
+
+async def test_only_the_tools_offered_in_this_episode_can_be_called() -> None:
+    class Narrowing(Calculator):
+        async def reset(self, task: Task, *, seed: int | None = None):  # type: ignore[no-untyped-def]
+            self.tools = [function_schema(add)]
+            return await super().reset(task, seed=seed)
+
+    env = Narrowing()
+    await env.reset(Task(id="t", prompt="?", label=5))
+    step = await env.step(call("divide", a=1, b=2) + call("add", a=1, b=2).replace(
+        '{"name"', '{"id": "c2", "name"'))  # fmt: skip
+    assert step.observation == [
+        Message(role="tool", content="error: there is no tool named 'divide' (tools: add)",
+                name="divide"),
+        Message(role="tool", content="3", name="add", tool_call_id="c2"),
+    ]  # fmt: skip
+
+
 async def test_an_episode_that_only_calls_tools_is_cut_after_max_turns() -> None:
     env = Calculator(max_turns=2)
     await env.reset(Task(id="t", prompt="?", label=5))
@@ -223,3 +352,34 @@ def test_tools_that_are_not_schemas_are_named_with_the_fix() -> None:
     assert "agenthub.tools.function_schema(f)" in str(caught.value)
     with pytest.raises(CheckEnvError, match=r"after reset\(task 't'\): EnvReturnError: BadTools"):
         check_env(BadTools(), tasks=[Task(id="t", prompt="?")])
+
+
+# -- check_env on tool envs -------------------------------------------------------------------
+
+CALLED: list[tuple[str, object]] = []
+
+
+def plot(points: list[Point], style: Literal["line", "dots"], width: Annotated[int, Field(gt=2)],
+         title: str | None = None) -> str:  # fmt: skip
+    """Plot points."""
+    CALLED.append(("plot", (points, style, width, title)))
+    return "ok"
+
+
+async def stalls() -> str:
+    """Blocks the event loop, as a tool that forgot `await` would."""
+    import time
+
+    time.sleep(0.6)  # noqa: ASYNC251 - on purpose
+    return "done"
+
+
+def test_check_env_calls_every_tool_with_arguments_from_its_schema() -> None:
+    CALLED.clear()
+    check_env(Calculator(functions=[plot]))
+    assert CALLED and CALLED[0] == ("plot", ([], "line", 3, None))
+
+
+def test_check_env_catches_a_tool_that_blocks_the_event_loop() -> None:
+    with pytest.raises(CheckEnvError, match="blocked the event loop"):
+        check_env(Calculator(functions=[stalls]))
