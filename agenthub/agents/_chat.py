@@ -100,7 +100,7 @@ class ChatTokenizer:
         text = self.render(messages, add_generation_prompt=True, tools=tools)
         _check_kept(messages, text)
         if tools:
-            self._check_tools_shown(messages, tools, text)
+            self._check_tools_shown(tools)
         return self.encode_text(text)
 
     def encode_followup(
@@ -143,21 +143,22 @@ class ChatTokenizer:
 
     def _user_text(self, tools: Sequence[Mapping[str, Any]]) -> str:
         """The stand-in user turn as the template renders it on its own (with any system
-        text or tools it adds first): a follow-up rendering must start with it unchanged."""
+        text or tools it adds first): a follow-up rendering must start with it unchanged.
+        Kept per set of tools: episodes of one env share it."""
         key = json.dumps(list(tools), sort_keys=True)
         if key not in self._user_texts:
+            if len(self._user_texts) >= 256:  # tools chosen per task: do not keep them all
+                self._user_texts.clear()
             self._user_texts[key] = self.render(_BASE[:1], add_generation_prompt=False, tools=tools)
         return self._user_texts[key]
 
-    def _check_tools_shown(
-        self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]], text: str
-    ) -> None:
+    def _check_tools_shown(self, tools: Sequence[Mapping[str, Any]]) -> None:
         """Refuse a template that does not show the model its tools: one that takes no `tools`
-        renders the same text with and without them, and the model would be trained to call
-        functions it was never told about."""
-        without = self.render(messages, add_generation_prompt=True)
+        renders the same text with and without them (or leaves a tool's name out), and the
+        model would be trained to call functions it was never told about."""
+        text = self._user_text(tools)
         names = [str(t["function"]["name"]) for t in tools]
-        if text == without or not all(name in text for name in names):
+        if text == self._user_text(()) or not all(name in text for name in names):
             raise ChatTemplateError(
                 f"the model's chat template does not show the model the tools {names} (it "
                 "renders the conversation without them); use a model whose template takes "

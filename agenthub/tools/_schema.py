@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import re
 import typing
 from collections.abc import Callable
@@ -30,23 +32,37 @@ def function_schema(function: Callable[..., Any]) -> dict[str, Any]:
                 b: the second one
             '''
     """
-    parameters = arguments_model(function).model_json_schema()
-    description, _ = _docstring(function)
-    _drop_titles(parameters)
-    return {
-        "type": "function",
-        "function": {
-            "name": function.__name__,
-            "description": description,
-            "parameters": parameters,
-        },
-    }
+    _check_named(function)
+    text = _schema_text(function) if _cacheable(function) else _schema_text.__wrapped__(function)
+    schema: dict[str, Any] = json.loads(text)  # a copy callers may change
+    return schema
 
 
 def arguments_model(function: Callable[..., Any]) -> type[BaseModel]:
     """A pydantic model of `function`'s parameters, to validate the arguments of a call.
     `Annotated[int, Field(ge=0, description=...)]` hints keep their constraints."""
     _check_named(function)
+    return _model(function) if _cacheable(function) else _model.__wrapped__(function)
+
+
+# Envs are built once per episode, so each function's model and schema are built only once:
+# a pydantic model costs about a millisecond, on the event loop. Bound methods are not kept:
+# a method of a per-episode object would keep every such object alive.
+def _cacheable(function: Callable[..., Any]) -> bool:
+    return inspect.isfunction(function)
+
+
+@functools.cache
+def _schema_text(function: Callable[..., Any]) -> str:
+    parameters = arguments_model(function).model_json_schema()
+    _drop_titles(parameters)
+    description, _ = _docstring(function)
+    schema = {"name": function.__name__, "description": description, "parameters": parameters}
+    return json.dumps({"type": "function", "function": schema})
+
+
+@functools.cache
+def _model(function: Callable[..., Any]) -> type[BaseModel]:
     _, described = _docstring(function)
     try:
         hints = typing.get_type_hints(function, include_extras=True)

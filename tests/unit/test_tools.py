@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from agenthub import CheckEnvError, Message, Task
 from agenthub._returns import EnvReturnError, checked_tools
 from agenthub.testing import check_env
-from agenthub.tools import ToolCall, ToolEnv, function_schema, parse_tool_calls
+from agenthub.tools import ToolCall, ToolEnv, arguments_model, function_schema, parse_tool_calls
 from agenthub.wrappers import TurnLimit
 from tests.unit._tool_envs import BadTools, Calculator, add
 
@@ -383,3 +383,20 @@ def test_check_env_calls_every_tool_with_arguments_from_its_schema() -> None:
 def test_check_env_catches_a_tool_that_blocks_the_event_loop() -> None:
     with pytest.raises(CheckEnvError, match="blocked the event loop"):
         check_env(Calculator(functions=[stalls]))
+
+
+def test_schemas_are_built_once_per_function_and_handed_out_as_copies() -> None:
+    # Envs are built per episode: the pydantic model is built once, each schema is a copy.
+    assert arguments_model(add) is arguments_model(add)
+    first = function_schema(add)
+    first["function"]["name"] = "changed"
+    assert function_schema(add)["function"]["name"] == "add"
+
+    class Store:
+        def look(self, key: str) -> str:
+            """Look a key up."""
+            return key
+
+    # A bound method works too, and its object is not kept alive by a cache.
+    assert function_schema(Store().look)["function"]["parameters"]["required"] == ["key"]
+    assert arguments_model(Store().look) is not arguments_model(Store().look)
