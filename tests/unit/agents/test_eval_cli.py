@@ -133,14 +133,17 @@ def _record_generations(
     return calls
 
 
-def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
-    tmp_path: Path,
-    chat: ChatTokenizer,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+@pytest.fixture
+def tracked(chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """eval on `eval-test-tracked` (a TrackedEnv) with a recording fake engine."""
     agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
-    calls = _record_generations(chat, monkeypatch)
+    return _record_generations(chat, monkeypatch)
+
+
+def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
+    tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = tracked
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out"
 
     def evaluate(broken: bool) -> str:
@@ -203,13 +206,8 @@ def test_no_chat_template_tokenizes_text_prompts_as_they_are(
 
 
 def test_eval_exits_non_zero_when_every_episode_failed(
-    tmp_path: Path,
-    chat: ChatTokenizer,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
-    _record_generations(chat, monkeypatch)
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text('{"id": "a", "prompt": "Go.", "label": 1, "fail_at": 1}\n')
     command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "-k", "2"]
