@@ -20,6 +20,7 @@ from agenthub._errors import (
 )
 from agenthub._registry import list_envs, make, register, spec
 from agenthub._spec import EnvSpec
+from agenthub._transcript import Transcript, transcript
 from agenthub._types import Message, Observation, Step, Task
 
 __version__ = "0.1.0"
@@ -42,8 +43,10 @@ __all__ = [
     "Step",
     "Task",
     "TaskFileError",
+    "Transcript",
     "list_envs",
     "make",
     "register",
     "spec",
+    "transcript",
 ]

@@ -67,6 +67,8 @@ class Env(abc.ABC, Generic[ObsT]):
 
         Set `terminated` when the episode ends by its own logic and `truncated` when a budget
         ends it. Calling `step` after the episode ended, or before `reset`, is a usage error.
+        While a run steps the env, `agenthub.transcript()` gives the episode as the model saw
+        it: every token so far, the templated prompt and why the reply ended.
         """
 
     async def aclose(self) -> None:

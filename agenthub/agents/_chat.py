@@ -132,6 +132,12 @@ class ChatTokenizer:
         assert isinstance(text, str)
         return text
 
+    def decode_all(self, ids: Sequence[int]) -> str:
+        """The text of any tokens with special tokens kept (what a `Transcript` shows)."""
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        assert isinstance(text, str)
+        return text
+
     def missing_closing(self, generated: Sequence[int]) -> list[int]:
         """The closing tokens a finished assistant turn still lacks: all of them after a
         generation cut off by length, the rest after one that ended on end-of-turn."""

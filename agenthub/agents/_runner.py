@@ -18,6 +18,7 @@ from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._registry import make
 from agenthub._returns import EnvReturnError, checked_tools, reset_problems, step_problems
 from agenthub._spec import EnvSpec
+from agenthub._transcript import stepping
 from agenthub._types import Step, Task
 from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._config import RolloutConfig
@@ -250,7 +251,8 @@ class EpisodeRunner:
             generation = await self._generate(session, task, sample, state, room)
             action = session.add_generation(generation)
             state.turns += 1
-            step = await self._env_call(state, "step", partial(env.step, action))
+            with stepping(session.transcript()):
+                step = await self._env_call(state, "step", partial(env.step, action))
             _check(step_problems(step))
             self._record(step, state)
             if step.terminated or step.truncated:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from agenthub._transcript import Transcript
 from agenthub._types import Message, Observation, Task
 from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._engine import Generation
@@ -40,7 +41,9 @@ class Session:
         self.logprobs: list[float] = []
         self.policy_versions: list[int] = []
         self.generated_tokens = 0
+        self.prompt_length = len(prompt_ids)
         self._open_turn: tuple[int, ...] | None = None
+        self._finish_reason: Literal["stop", "length"] = "stop"
         self._append_context(prompt_ids, policy_version)
 
     @classmethod
@@ -97,7 +100,14 @@ class Session:
         self.policy_versions += [generation.policy_version] * len(ids)
         self.generated_tokens += len(ids)
         self._open_turn = ids
+        self._finish_reason = "length" if generation.finish_reason == "length" else "stop"
         return self.chat.decode(ids)
+
+    def transcript(self) -> Transcript:
+        """The sequence so far, for `agenthub.transcript()` while the env steps the last reply."""
+        return Transcript(
+            tuple(self.tokens), self.prompt_length, self._finish_reason, self.chat.decode_all
+        )
 
     def add_observation(self, observation: Observation, policy_version: int) -> None:
         """Append what the environment answered, ready for the next generation.

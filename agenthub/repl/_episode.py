@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from agenthub._env import Env
 from agenthub._returns import checked_reset, checked_step, checked_tools
+from agenthub._transcript import stepping
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import (
     ChatTemplateError,
@@ -128,7 +129,8 @@ class Episode:
             session.generated_tokens -= n
         started = time.perf_counter()
         try:
-            step = checked_step(await self.env.step(action.text))
+            with stepping(session.transcript()):
+                step = checked_step(await self.env.step(action.text))
         except BaseException:
             session.rollback(before)
             raise

@@ -13,6 +13,7 @@ import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from agenthub._env import Env
+from agenthub._transcript import transcript
 from agenthub._types import Message, Step, Task
 from agenthub.tools._calls import ToolCall, parse_tool_calls
 from agenthub.tools._schema import arguments_model, function_schema
@@ -37,7 +38,9 @@ class ToolEnv(Env[list[Message]], abc.ABC):
     a call that cannot run (unknown function, bad arguments, the function raised) is answered
     with what went wrong, so the model can learn from it. A reply without calls is the answer:
     `score(task, answer)` is its reward and the episode ends. After `max_turns` replies with
-    calls and no answer the episode is truncated with reward 0. A result longer than
+    calls and no answer the episode is truncated with reward 0, as it is when the reply
+    without calls was cut off by the token limit (`agenthub.transcript()`), which would
+    otherwise be scored as if finished. A result longer than
     `max_result_chars` is cut there (the model is told how much was left out).
 
     A `reset` that narrows `self.tools` for a task also narrows what may be called. Calls
@@ -90,6 +93,10 @@ class ToolEnv(Env[list[Message]], abc.ABC):
             raise RuntimeError("step called before reset")
         calls = parse_tool_calls(action)
         if not calls:
+            seen = transcript()
+            if seen is not None and seen.finish_reason == "length":
+                # Cut off by the token limit: an unfinished reply, not an answer to score.
+                return Step([], 0.0, truncated=True, info={"cut_off": True})
             return Step([], await self.score(self.task, action), terminated=True)
         self.turns += 1
         results = [

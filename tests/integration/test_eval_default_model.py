@@ -1,6 +1,7 @@
 """`agenthub eval` end to end on the embedded default model through real vLLM: an OpenRLHF
-reward file, an OpenRLHF agent file, the code sandbox env, the math verifier and an LLM judge
-served on loopback (the acceptance runs of the rollout, sandbox and math/judge issues)."""
+reward file (finding the reply by the chat template's markers), an OpenRLHF agent file, the
+code sandbox env, the math verifier and an LLM judge served on loopback (the acceptance runs
+of the rollout, sandbox and math/judge issues)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.smoke, pytest.mark.timeout(15
 
 RUNS = {
     "reward_func": [
-        f"reward_func={FIXTURES / 'reward_plain.py'}",
+        f"reward_func={FIXTURES / 'openrlhf_reward_chat.py'}",
         "--tasks",
         str(FIXTURES / "tasks.jsonl"),
     ],
@@ -43,6 +44,11 @@ def test_eval_runs_on_the_default_model(env_id: str, tmp_path: Path) -> None:
         # business (its warm start prints instead of returning half the time, on purpose).
         logs = [json.loads(line)["extra_logs"] for line in summary["lines"]]
         assert all(log["sandbox_error"] == 0.0 and "pass_fraction" in log for log in logs)
+    if env_id == "reward_func":
+        # As in OpenRLHF: prompts templated, queries the prompt followed by the reply.
+        assert all(
+            json.loads(line)["extra_logs"] == {"templated": 1.0} for line in summary["lines"]
+        )
 
 
 def test_eval_runs_the_llm_judge_env_on_the_default_model(tmp_path: Path) -> None:

@@ -540,3 +540,18 @@ async def test_a_tool_env_shows_its_tools_and_answers_typed_calls(chat: ChatToke
     with pytest.raises(AgentHubError, match=r"does not show the model the tools \['add', "):
         await h.repl.start()
     assert h.repl.episode is None
+
+
+async def test_a_reward_file_sees_the_templated_sequence_in_the_repl(
+    chat: ChatTokenizer, fixtures: Path
+) -> None:
+    h = Harness(
+        chat,
+        env="reward_func",
+        env_kwargs={"reward_func": str(fixtures / "openrlhf_reward_chat.py")},
+        tasks_file=fixtures / "tasks.jsonl",
+    )
+    await h.repl.start()
+    out = await h.type("it is 5", "")
+    assert "step 1: reward 1  return 1  terminated True" in out and '"templated": 1.0' in out
+    await h.repl.aclose()

@@ -4,6 +4,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agenthub._env import Env
+from agenthub._transcript import transcript
 from agenthub._types import Message, Observation, Step, Task
 from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain
 from agenthub.envs.reward_func._function import RewardFunction, load_reward_func
@@ -22,9 +23,13 @@ class RewardFuncEnv(Env[Observation]):
       protocol. As in OpenRLHF, a `.py` path given here is treated as a reward file.
 
     Tasks come from JSONL files: `dataset` (split `train`) and `eval_dataset` (`held_out`),
-    with the prompt under `input_key` and the label under `label_key`. `queries` passed to the
-    scorer are the rendered prompt followed by the response; `prompts` are the rendered
-    prompts (chat prompts render as `role: content` lines).
+    with the prompt under `input_key` and the label under `label_key`.
+
+    As in OpenRLHF, `prompts` passed to the scorer are the prompts as the model saw them (chat
+    template applied) and `queries` the whole decoded sequence, prompt and reply, special
+    tokens included. Stepped outside an agenthub runner (`check_env`, a test of your own),
+    where no model's template is known, `prompts` are the prompts as text (chat messages as
+    `role: content` lines) and `queries` that text followed by the reply.
     """
 
     def __init__(
@@ -86,7 +91,12 @@ class RewardFuncEnv(Env[Observation]):
         self._task = None
         # As in OpenRLHF, a task without a label is scored against "" (its datasets' default).
         label = "" if task.label is None else task.label
-        output = await self._score([self._prompt + action], [self._prompt], [label], task)
+        seen = transcript()
+        if seen is None:
+            prompt, query = self._prompt, self._prompt + action
+        else:
+            prompt, query = seen.prompt_text(), seen.text()
+        output = await self._score([query], [prompt], [label], task)
         reward, score, extra_logs = output.sample(0)
         empty: Observation = "" if isinstance(task.prompt, str) else list[Message]()
         return Step(empty, reward, terminated=True, score=score, extra_logs=extra_logs)

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import anyio
 
-from agenthub import Env, Message, RewardFuncError, Step, Task
+from agenthub import Env, Message, RewardFuncError, Step, Task, Transcript, transcript
 
 
 class TrackedEnv(Env[list[Message]]):
@@ -22,6 +22,7 @@ class TrackedEnv(Env[list[Message]]):
     made: ClassVar[int] = 0
     in_flight: ClassVar[int] = 0
     max_in_flight: ClassVar[int] = 0
+    transcripts: ClassVar[list[Transcript | None]] = []
 
     def __init__(self, **kwargs: Any) -> None:
         type(self).made += 1
@@ -34,6 +35,7 @@ class TrackedEnv(Env[list[Message]]):
     def reset_counters(cls) -> None:
         cls.live = set()
         cls.made = cls.in_flight = cls.max_in_flight = 0
+        cls.transcripts = []
 
     async def reset(
         self, task: Task, *, seed: int | None = None
@@ -51,6 +53,7 @@ class TrackedEnv(Env[list[Message]]):
         TrackedEnv.max_in_flight = max(TrackedEnv.max_in_flight, TrackedEnv.in_flight)
         try:
             self.turn += 1
+            TrackedEnv.transcripts.append(transcript())
             await anyio.sleep(float(self.meta.get("step_delay_s", 0.0)))
             time.sleep(float(self.meta.get("step_block_s", 0.0)))  # noqa: ASYNC251 - on purpose
             if self.meta.get("fail_at") == self.turn:

@@ -337,3 +337,72 @@ async def test_an_env_calling_sys_exit_fails_only_its_episode(chat: ChatTokenize
     assert error is not None and error.cause == "env_error"
     assert error.message == "step: SystemExit: sys.exit at turn 1"
     assert by_id["task-1"].error is None and by_id["task-1"].terminated
+
+
+async def test_a_reward_function_gets_the_sequence_as_the_model_saw_it(
+    chat: ChatTokenizer,
+) -> None:
+    """As in OpenRLHF: prompts templated, queries the whole decoded sequence, special tokens
+    and all, so a reward file that splits on the template's markers works unmodified."""
+    seen: list[tuple[list[str], list[str], list[object]]] = []
+
+    def reward_func(queries: list[str], prompts: list[str], labels: list[object]) -> list[float]:
+        seen.append((queries, prompts, labels))
+        return [
+            1.0 if q.split("<|im_start|>assistant\n")[-1] == "3<|im_end|>" else 0.0 for q in queries
+        ]
+
+    scored = EpisodeRunner(
+        replying(chat),
+        chat,
+        "reward_func",
+        RolloutConfig(),
+        env_kwargs={"reward_func": reward_func},
+    )
+    [t] = await scored.collect([Task(id="t", prompt="Count down with me.", label=3)])
+    assert t.error is None and t.reward == 1.0
+    [(queries, prompts, labels)] = seen
+    assert queries == [chat.tokenizer.decode(t.tokens, skip_special_tokens=False)]
+    assert prompts == [
+        chat.render(
+            Task(id="t", prompt="Count down with me.").messages(), add_generation_prompt=True
+        )
+    ]
+    assert queries[0] == prompts[0] + "3<|im_end|>" and labels == [3]
+
+
+async def test_an_env_sees_the_transcript_only_while_a_runner_steps_it(
+    chat: ChatTokenizer,
+) -> None:
+    """`agenthub.transcript()` at each step: the tokens so far, where the prompt ends and
+    why the reply ended; `None` outside."""
+    assert agenthub.transcript() is None
+    engine = FakeEngine(
+        lambda prompt: chat.encode_text("go on"), stop_token_ids=chat.stop_token_ids
+    )
+    watched = runner(engine, chat, sampling=SamplingParams(max_tokens=2))
+    [t] = await watched.collect([task(label=2)])
+    assert t.error is None and t.num_turns == 2 and agenthub.transcript() is None
+    first, second = TrackedEnv.transcripts
+    assert first.finish_reason == second.finish_reason == "length"
+    assert first.prompt_length == second.prompt_length == t.loss_mask.index(1)
+    assert list(second.tokens) == t.tokens and list(first.tokens) == t.tokens[: len(first.tokens)]
+    assert first.text() == chat.decode_all(first.tokens)
+    assert first.prompt_text().endswith("<|im_start|>assistant\n")
+
+
+async def test_a_tool_env_does_not_score_a_reply_cut_off_by_the_token_limit(
+    tool_chat: ChatTokenizer,
+) -> None:
+    agenthub.register("agents-test-calculator", "tests.unit._tool_envs:Calculator", override=True)
+    text = "It is 5, because two and three make five."
+    answer = [*tool_chat.encode_text(text), tool_chat.closing_ids[0]]
+    engine = FakeEngine(lambda prompt: answer, stop_token_ids=tool_chat.stop_token_ids)
+    config = RolloutConfig(sampling=SamplingParams(max_tokens=len(answer) - 2))
+    cut = EpisodeRunner(engine, tool_chat, "agents-test-calculator", config)
+    [t] = await cut.collect([Task(id="sum", prompt="What is 2 + 3?", label=5)])
+    assert t.error is None and (t.terminated, t.truncated, t.reward) == (False, True, 0.0)
+    # The same reply, finished, is an answer.
+    whole = EpisodeRunner(engine, tool_chat, "agents-test-calculator", RolloutConfig())
+    [t] = await whole.collect([Task(id="sum", prompt="What is 2 + 3?", label=5)])
+    assert (t.terminated, t.reward) == (True, 1.0)
