@@ -90,7 +90,8 @@ def list_envs() -> list[EnvSpec]:
 
 
 def spec(id: str) -> EnvSpec:
-    """The `EnvSpec` registered under `id`."""
+    """The `EnvSpec` registered under `id`; an id `"package.module:Attr"` that nothing
+    registered names that env class (or function returning an env) directly."""
     if id in _registered:
         return _registered[id]
     found = _entry_point_specs()
@@ -102,11 +103,14 @@ def spec(id: str) -> EnvSpec:
         )
     if id in found:
         return found[id]
+    module, _, attr = id.partition(":")
+    if module and attr:
+        return EnvSpec(id=id, entry_point=id)
     known = ", ".join(s.id for s in list_envs()) or "none"
     raise EnvNotFoundError(
         f"no environment {id!r}; known environments: {known}. Install the plugin package that "
-        f"provides it (it must declare an entry point in the {ENTRY_POINT_GROUP!r} group) or "
-        "call agenthub.register()."
+        f"provides it (it must declare an entry point in the {ENTRY_POINT_GROUP!r} group), "
+        "call agenthub.register(), or name the class itself as 'package.module:Attr'."
     )
 
 

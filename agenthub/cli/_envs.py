@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -57,6 +60,20 @@ def list_command(args: argparse.Namespace) -> int:
     return 0 if all(ok for *_, ok in rows) else 1
 
 
+def find_local_envs(env_id: str) -> None:
+    """Let an env named `package.module:Attr` come from the working directory, as it would
+    under `python -m`. Ray hands its workers this process's `sys.path`, so they find it too."""
+    here = str(Path.cwd())
+    if ":" in env_id and here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
+
+
+def run_dir(command: str, env_id: str) -> Path:
+    """The default output directory of `command` on `env_id`: `runs/COMMAND-ID`, an id
+    `package.module:Attr` written `package.module.Attr`."""
+    return Path("runs") / f"{command}-{env_id.replace(':', '.').replace(os.sep, '.')}"
+
+
 def parse_pair(pair: str) -> tuple[str, Any]:
     """`KEY=VALUE`, the value as JSON when it parses (numbers, booleans, lists), else text."""
     key, sep, raw = pair.partition("=")
@@ -77,6 +94,7 @@ def check_command(args: argparse.Namespace) -> int:
     from agenthub.testing import check_env
 
     kwargs = parse_kwargs(args.kwargs)
+    find_local_envs(args.env_id)
     env = make(args.env_id, **kwargs)
     try:
         tasks = list(read_task_file(args.tasks, kwargs))[:2] if args.tasks else None

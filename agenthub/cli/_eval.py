@@ -27,7 +27,7 @@ from agenthub.agents import (
     SamplingParams,
     Trajectory,
 )
-from agenthub.cli._envs import parse_kwargs
+from agenthub.cli._envs import find_local_envs, parse_kwargs, run_dir
 
 if TYPE_CHECKING:
     from agenthub.agents.default_model import BuildProgress
@@ -108,7 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def eval_command(args: argparse.Namespace) -> int:
-    out = Path(args.out or f"runs/eval-{args.env}")
+    out = Path(args.out) if args.out else run_dir("eval", args.env)
+    find_local_envs(args.env)
     identity = {
         "env": args.env,
         "env_kwargs": _env_kwargs(args),

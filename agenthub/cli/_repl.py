@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from agenthub.agents import InferenceEngine, SamplingParams
-from agenthub.cli._envs import parse_kwargs
+from agenthub.cli._envs import find_local_envs, parse_kwargs
 from agenthub.cli._eval import resolve_model
 
 
@@ -54,6 +54,7 @@ def repl_command(args: argparse.Namespace) -> int:
     console = Console(highlight=False)
     env_kwargs = parse_kwargs(args.env_kwargs)
     # A wrong env id or argument fails before the model loads (or, on a first run, is built).
+    find_local_envs(args.env)
     anyio.run(probe_env, args.env, env_kwargs)
     model = resolve_model(args.model, needed=True)
     assert model is not None

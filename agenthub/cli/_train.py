@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
+from agenthub.cli._envs import find_local_envs, run_dir
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -76,7 +77,7 @@ def train_command(args: argparse.Namespace) -> int:
         if out is None:
             if args.env is None:
                 raise AgentHubError("--resume needs --out DIR (or --env ID for runs/train-ID)")
-            out = Path(f"runs/train-{args.env}")
+            out = run_dir("train", args.env)
         base = RunDirectory(out).saved_config()
         if base is None:
             raise AgentHubError(f"--resume: {out} holds no training run (no config.json)")
@@ -88,7 +89,8 @@ def train_command(args: argparse.Namespace) -> int:
             f"--resume: {out} trains env {base['env']!r}, not {config.env!r}; drop --env or "
             "choose another --out"
         )
-    out = out or Path(f"runs/train-{config.env}")
+    out = out or run_dir("train", config.env)
+    find_local_envs(config.env)
     if args.print_config:
         print(config.model_dump_json(indent=2))
         return 0

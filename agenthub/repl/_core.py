@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,7 +12,6 @@ from rich.text import Text
 from agenthub._env import Env
 from agenthub._errors import AgentHubError
 from agenthub._registry import make
-from agenthub._spec import EnvSpec
 from agenthub._types import Step, Task
 from agenthub.agents import (
     ChatTemplateError,
@@ -53,19 +50,11 @@ __all__ = ["EngineFactory", "Repl", "probe_env"]
 EngineFactory = Callable[[], Awaitable[InferenceEngine]]
 
 
-async def probe_env(env_id: str, env_kwargs: dict[str, Any]) -> str | EnvSpec:
-    """The spec `env_id` names, after building its env once and closing it, so that a wrong id
-    or argument fails at once (the CLI calls it before loading a model, too)."""
-    spec: str | EnvSpec = env_id
-    if ":" in env_id:
-        # "package.module:Attr" names an env class directly, registered or not.
-        spec = EnvSpec(id=env_id, entry_point=env_id)
-        if "" not in sys.path and str(Path.cwd()) not in sys.path:
-            # As `python -m` does, so a module beside the person is found.
-            sys.path.insert(0, str(Path.cwd()))
-    probe = make(spec, **env_kwargs)
+async def probe_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Build `env_id`'s env once and close it, so that a wrong id or argument fails at once
+    (the CLI calls it before loading a model, too)."""
+    probe = make(env_id, **env_kwargs)
     await probe.aclose()
-    return spec
 
 
 class Repl:
@@ -93,7 +82,6 @@ class Repl:
     ) -> None:
         self.env_id = env
         self.env_kwargs = env_kwargs
-        self.spec: str | EnvSpec = env
         self.tasks = TaskSource(
             self.make_env, tasks_file=tasks_file, split=split, env_kwargs=env_kwargs
         )
@@ -112,11 +100,11 @@ class Repl:
         """How many entries ended in an error (a piped session exits non-zero if any did)."""
 
     def make_env(self) -> Env[Any]:
-        return make(self.spec, **self.env_kwargs)
+        return make(self.env_id, **self.env_kwargs)
 
     async def start(self) -> None:
         """Check the env can be built (so a bad id fails at once) and open the first episode."""
-        self.spec = await probe_env(self.env_id, self.env_kwargs)
+        await probe_env(self.env_id, self.env_kwargs)
         self.console.print(Text(ENTRY_HELP + " :help lists the commands.", style="dim"))
         await self._new_episode(await self.tasks.get(self.task_index))
 

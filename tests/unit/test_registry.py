@@ -72,6 +72,16 @@ def test_unknown_id_lists_known_envs_and_says_how_to_fix() -> None:
         make("nope")
 
 
+def test_an_unregistered_class_is_named_by_its_module() -> None:
+    env = make("tests.unit._envs:CountdownEnv", delay_s=0.5)
+    assert env.spec is not None and env.spec.entry_point == "tests.unit._envs:CountdownEnv"
+    assert make(env.spec).spec == env.spec
+    with pytest.raises(PluginLoadError, match="'no_such_module_xyz:Env = no_such_module_xyz:Env'"):
+        make("no_such_module_xyz:Env")
+    with pytest.raises(EnvNotFoundError, match="or name the class itself as 'package.module:Attr'"):
+        make(":Env")
+
+
 @pytest.mark.parametrize(
     ("entry_point", "message"),
     [

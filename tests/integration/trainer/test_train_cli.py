@@ -38,10 +38,10 @@ def _train(out: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "agenthub", "train", "--out", str(out), *args]
 
 
-def _complete(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _complete(out: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """A run to its end, its output captured."""
     return subprocess.run(
-        _train(out, *args), capture_output=True, text=True, timeout=800, env=_env()
+        _train(out, *args), capture_output=True, text=True, timeout=800, env=_env(), cwd=cwd
     )
 
 
@@ -249,14 +249,24 @@ def test_train_refuses_to_overwrite_or_resume_the_wrong_thing(tmp_path: Path) ->
 TWO_WORKERS = ["ray.rollout_workers=2", "run.checkpoint_every=3"]
 
 
+LOCAL_ENV = """
+from agenthub.envs.code_exec import CodeExecEnv
+
+
+class LocalCodeExec(CodeExecEnv):
+    \"\"\"code_exec, named by its module in the working directory: installed nowhere.\"\"\"
+"""
+
+
 @pytest.mark.timeout(900)
 def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) -> None:
     # Each engine takes its own ranks after the learner's; a wrong layout fails or hangs the
-    # first broadcast. Both workers play, and their engines run synced weights.
+    # first broadcast. Both workers play, and their engines run synced weights. The env is a
+    # class in a module beside the person, which the Ray workers must find too.
+    (tmp_path / "local_envs.py").write_text(LOCAL_ENV)
     out = tmp_path / "run"
-    done = _complete(
-        out, "--env", "code_exec", "--steps", "3", *SMALL, "eval.every=0", *TWO_WORKERS
-    )
+    env = ["--env", "local_envs:LocalCodeExec"]
+    done = _complete(out, *env, "--steps", "3", *SMALL, "eval.every=0", *TWO_WORKERS, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert _trained_steps(out) == [1, 2, 3]
     records = [r for r in _records(out) if "train/reward" in r]

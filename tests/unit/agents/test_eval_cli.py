@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -213,3 +214,24 @@ def test_eval_exits_non_zero_when_every_episode_failed(
     command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "-k", "2"]
     assert main([*command, "--out", str(tmp_path / "out")]) == 1
     assert "2 of 2 episodes ended in errors (env_error x2)" in capsys.readouterr().err
+
+
+def test_eval_takes_an_env_class_from_a_module_in_the_working_directory(
+    tmp_path: Path,
+    chat: ChatTokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _record_generations(chat, monkeypatch)
+    (tmp_path / "my_envs.py").write_text(
+        "from tests.unit.agents._envs import TrackedEnv\n\nclass Mine(TrackedEnv):\n    pass\n"
+    )
+    (tmp_path / "tasks.jsonl").write_text('{"id": "a", "prompt": "Go.", "label": 1}\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["eval", "--env", "my_envs:Mine", "--tasks", "tasks.jsonl"]) == 0, (
+        capsys.readouterr()
+    )
+    summary = json.loads((tmp_path / "runs" / "eval-my_envs.Mine" / "summary.json").read_text())
+    assert summary["episodes"] == 1 and summary["errors"] == {}
+    assert sys.path[-1] == str(tmp_path)
