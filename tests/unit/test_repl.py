@@ -106,6 +106,14 @@ async def started(
     return harness
 
 
+async def on_the_task_file(chat: ChatTokenizer, fixtures: Path, env: str, **files: str) -> Harness:
+    """A started REPL on `env` built with fixture files, on the fixtures' task file."""
+    kwargs = {key: str(fixtures / name) for key, name in files.items()}
+    h = Harness(chat, env=env, env_kwargs=kwargs, tasks_file=fixtures / "tasks.jsonl")
+    await h.repl.start()
+    return h
+
+
 async def test_start_shows_the_task_and_first_observation(chat: ChatTokenizer) -> None:
     h = await started(chat)
     out = h.buffer.getvalue()
@@ -443,13 +451,7 @@ def test_a_piped_session_with_failed_entries_exits_non_zero(
 async def test_openrlhf_agent_text_observations_and_replay(
     chat: ChatTokenizer, fixtures: Path, tmp_path: Path
 ) -> None:
-    h = Harness(
-        chat,
-        env="openrlhf_agent",
-        env_kwargs={"agent_func": str(fixtures / "agent_func_new.py")},
-        tasks_file=fixtures / "tasks.jsonl",
-    )
-    await h.repl.start()
+    h = await on_the_task_file(chat, fixtures, "openrlhf_agent", agent_func="agent_func_new.py")
     out = await h.type("it is 4", "")
     assert "score 0" in out and "wrong, try again" in out and '"turn": 1.0' in out
     out = await h.type("it is 5", "")
@@ -545,13 +547,7 @@ async def test_a_tool_env_shows_its_tools_and_answers_typed_calls(chat: ChatToke
 async def test_a_reward_file_sees_the_templated_sequence_in_the_repl(
     chat: ChatTokenizer, fixtures: Path
 ) -> None:
-    h = Harness(
-        chat,
-        env="reward_func",
-        env_kwargs={"reward_func": str(fixtures / "openrlhf_reward_chat.py")},
-        tasks_file=fixtures / "tasks.jsonl",
-    )
-    await h.repl.start()
+    h = await on_the_task_file(chat, fixtures, "reward_func", reward_func="openrlhf_reward_chat.py")
     out = await h.type("it is 5", "")
     assert "step 1: reward 1  return 1  terminated True" in out and '"templated": 1.0' in out
     await h.repl.aclose()
