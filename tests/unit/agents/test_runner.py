@@ -5,6 +5,7 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from functools import partial
+from pathlib import Path
 
 import anyio
 import pytest
@@ -406,3 +407,14 @@ async def test_a_tool_env_does_not_score_a_reply_cut_off_by_the_token_limit(
     whole = EpisodeRunner(engine, tool_chat, "agents-test-calculator", RolloutConfig())
     [t] = await whole.collect([Task(id="sum", prompt="What is 2 + 3?", label=5)])
     assert (t.terminated, t.reward) == (True, 1.0)
+
+
+async def test_an_agent_file_reads_the_transcript_on_its_own_event_loop(
+    chat: ChatTokenizer, fixtures: Path
+) -> None:
+    agent = {"agent_func": str(fixtures / "agent_func_transcript.py")}
+    played = EpisodeRunner(
+        replying(chat), chat, "openrlhf_agent", RolloutConfig(), env_kwargs=agent
+    )
+    [t] = await played.collect([Task(id="t", prompt="Count down with me.")])
+    assert t.error is None and t.extra_logs == {"templated": 1.0}
