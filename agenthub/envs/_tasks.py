@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agenthub._errors import NoTaskSourceError, TaskFileError
+from agenthub._transcript import transcript
 from agenthub._types import Message, Task
 from agenthub.envs._files import read_jsonl_records
 
@@ -31,6 +32,16 @@ def render_plain(task: Task) -> str:
     if isinstance(task.prompt, str):
         return task.prompt
     return "".join(f"{m.role}: {m.content}\n" for m in task.prompt) + "assistant: "
+
+
+def scored_texts(prompt: str, action: str) -> tuple[str, str]:
+    """`(query, prompt)` as OpenRLHF hands them to reward functions and servers: while a run
+    steps the env, the whole decoded sequence and the templated prompt, special tokens kept
+    (`agenthub.transcript()`); elsewhere the plain `prompt` followed by the reply, and `prompt`."""
+    seen = transcript()
+    if seen is None:
+        return prompt + action, prompt
+    return seen.text(), seen.prompt_text()
 
 
 def read_jsonl_tasks(

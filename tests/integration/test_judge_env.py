@@ -10,7 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from agenthub import AgentHubError, RewardModelError, Task, make
+from agenthub import AgentHubError, RewardModelError, Task, Transcript, make
+from agenthub._transcript import stepping
 from agenthub.envs.judge import JudgeError
 from agenthub.testing import check_env
 
@@ -223,3 +224,21 @@ async def test_a_cancelled_episode_does_not_strand_its_batch() -> None:
             for i in range(6):
                 group.start_soon(episode, i, i == 0)
     assert sorted(results) == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+@pytest.mark.anyio
+async def test_a_run_sends_the_templated_sequence_as_openrlhf_does() -> None:
+    prompt = "<|im_start|>user\nP<|im_end|>\n<|im_start|>assistant\n"
+    whole = prompt + "xx<|im_end|>"
+    seen = Transcript(
+        [ord(c) for c in whole], len(prompt), "stop", lambda ids: "".join(map(chr, ids))
+    )
+    with reward_server(Script()) as (url, script):
+        env = rm(url)
+        await env.reset(Task(id="t", prompt="P", label=0))
+        with stepping(seen):
+            step = await env.step("xx")
+        await env.aclose()
+    [request] = script.requests
+    assert (request["query"], request["prompts"]) == ([whole], [prompt])
+    assert step.reward == len("xx<|im_end|>")

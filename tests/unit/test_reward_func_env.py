@@ -19,7 +19,7 @@ def test_plain_reward_file_scores_and_passes_check_env(fixtures: Path) -> None:
     )
 
 
-async def test_queries_are_prompt_plus_response_and_prompts_are_rendered() -> None:
+async def test_outside_a_run_queries_are_the_plain_prompt_plus_response() -> None:
     seen: list[tuple[list[str], list[str], list[object]]] = []
 
     def reward_func(queries, prompts, labels):  # type: ignore[no-untyped-def]

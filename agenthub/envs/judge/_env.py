@@ -7,7 +7,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
 from agenthub.envs._http import HttpPolicy
-from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks
+from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, scored_texts
 from agenthub.envs.judge._llm import DEFAULT_RUBRIC, LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
 
@@ -31,7 +31,9 @@ class JudgeEnv(Env[list[Message]]):
       named by `api_key_env`, if set.
     - `rm_url`: reward servers speaking OpenRLHF's `/get_reward` protocol (one URL or a list).
       Samples from concurrent episodes are sent together in batches of up to
-      `max_batch_size`; `query` is the prompt followed by the response, as in OpenRLHF.
+      `max_batch_size`. As in OpenRLHF, `query` is the whole decoded sequence (templated
+      prompt, then the reply, special tokens kept) and `prompts` the templated prompt while
+      a run steps the env; elsewhere the prompt as text and that text followed by the reply.
 
     Both share the client policy: `timeout_s` per attempt, `max_retries` with jittered backoff
     on timeouts, connection errors and 5xx (not 4xx), `max_concurrency` requests in flight per
@@ -132,7 +134,8 @@ class JudgeEnv(Env[list[Message]]):
                 [], reward, terminated=True, info={"reason": judged.reason}, extra_logs=logs
             )
         assert self._rm is not None
-        output = await self._rm.score_batched(prompt + action, prompt, task.label)
+        query, prompt = scored_texts(prompt, action)
+        output = await self._rm.score_batched(query, prompt, task.label)
         reward, score, extra_logs = output.sample(0)
         return Step([], reward, terminated=True, score=score, extra_logs=extra_logs)
 

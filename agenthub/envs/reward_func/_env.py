@@ -4,9 +4,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agenthub._env import Env
-from agenthub._transcript import transcript
 from agenthub._types import Message, Observation, Step, Task
-from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain
+from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain, scored_texts
 from agenthub.envs.reward_func._function import RewardFunction, load_reward_func
 from agenthub.envs.reward_func._output import RewardOutput
 from agenthub.envs.reward_func._remote import RemoteRewardModel
@@ -91,11 +90,7 @@ class RewardFuncEnv(Env[Observation]):
         self._task = None
         # As in OpenRLHF, a task without a label is scored against "" (its datasets' default).
         label = "" if task.label is None else task.label
-        seen = transcript()
-        if seen is None:
-            prompt, query = self._prompt, self._prompt + action
-        else:
-            prompt, query = seen.prompt_text(), seen.text()
+        query, prompt = scored_texts(self._prompt, action)
         output = await self._score([query], [prompt], [label], task)
         reward, score, extra_logs = output.sample(0)
         empty: Observation = "" if isinstance(task.prompt, str) else list[Message]()
