@@ -36,9 +36,25 @@ TRAJECTORIES = "trajectories.jsonl"
 FAILED = "failed.jsonl"  # episodes that ended in errors, moved out of TRAJECTORIES to be re-run
 SUMMARY = "summary.json"
 RUN = "eval.json"
-# What makes two runs the same run: a resumed run must agree on all of these.
-_IDENTITY = ("env", "env_kwargs", "tasks", "split", "k", "chat_template")
-# What a run written before a key existed had (so it still resumes).
+# What makes two runs the same run: a resumed run must agree on all of these (the model and
+# how it is sampled too, or a second model's run would report the first one's episodes).
+_IDENTITY = (
+    "env",
+    "env_kwargs",
+    "tasks",
+    "split",
+    "k",
+    "chat_template",
+    "model",
+    "base_url",
+    "temperature",
+    "seed",
+    "max_reply_tokens",
+    "max_tokens",
+    "max_turns",
+)
+# What a run written before a key existed had (so it still resumes); a key neither there nor
+# here was not recorded and is not compared.
 _IDENTITY_DEFAULTS = {"chat_template": True}
 
 
@@ -117,9 +133,15 @@ def eval_command(args: argparse.Namespace) -> int:
         "split": args.split,
         "k": args.k,
         "chat_template": args.chat_template,
+        "model": _model_identity(args.model),
+        "base_url": args.base_url,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "max_reply_tokens": args.max_reply_tokens,
+        "max_tokens": args.max_tokens,
+        "max_turns": args.max_turns,
     }
-    if args.k < 1 or (args.n is not None and args.n < 1):
-        raise AgentHubError("-n and -k must be at least 1")
+    _check_numbers(args)
     tasks = load_tasks(identity, args.n)
     done = prepare_out_dir(out, identity)
     missing = {t.id: [i for i in range(args.k) if i not in done[t.id]] for t in tasks}
@@ -139,7 +161,9 @@ def eval_command(args: argparse.Namespace) -> int:
     if work:
         left = sum(len(samples) for _, samples in work)
         anyio.run(_run, args, identity, config, work, out, total - left, total)
-    trajectories = read_trajectories(out / TRAJECTORIES)
+    # The directory may hold more tasks than this run asked for (an earlier, larger -n).
+    wanted = {t.id for t in tasks}
+    trajectories = [t for t in read_trajectories(out / TRAJECTORIES) if t.task_id in wanted]
     summary = summarize(trajectories, args.k)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: summary[k] for k in ("episodes", "mean_reward", "pass_at_k", "errors")}))
@@ -158,6 +182,28 @@ def eval_command(args: argparse.Namespace) -> int:
         if len(failed) == len(trajectories):
             return 1  # nothing was measured: a setup problem, most likely, not the model
     return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    counts = {
+        "-n": args.n,
+        "-k": args.k,
+        "--concurrency": args.concurrency,
+        "--max-reply-tokens": args.max_reply_tokens,
+        "--max-tokens": args.max_tokens,
+        "--max-turns": args.max_turns,
+    }
+    if wrong := [
+        f"{flag} {value}" for flag, value in counts.items() if value is not None and value < 1
+    ]:
+        raise AgentHubError(f"{', '.join(wrong)}: each must be at least 1")
+    if args.temperature < 0:
+        raise AgentHubError(f"--temperature {args.temperature}: must be 0 (greedy) or more")
+
+
+def _model_identity(model: str | None) -> str:
+    """`--model` as a run records it: `default`, or the directory's absolute path."""
+    return "default" if model in (None, "default") else str(Path(model).resolve())
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -203,7 +249,12 @@ def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
     run_file = out / RUN
     if run_file.exists():
         previous = json.loads(run_file.read_text(encoding="utf-8"))
-        changed = [key for key in _IDENTITY if _get(previous, key) != _get(identity, key)]
+        changed = [
+            key
+            for key in _IDENTITY
+            if (key in previous or key in _IDENTITY_DEFAULTS)
+            and _get(previous, key) != _get(identity, key)
+        ]
         if changed:
             raise AgentHubError(
                 f"{out} holds an eval run with different {', '.join(changed)}; "

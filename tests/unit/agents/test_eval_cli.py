@@ -235,3 +235,37 @@ def test_eval_takes_an_env_class_from_a_module_in_the_working_directory(
     summary = json.loads((tmp_path / "runs" / "eval-my_envs.Mine" / "summary.json").read_text())
     assert summary["episodes"] == 1 and summary["errors"] == {}
     assert sys.path[-1] == str(tmp_path)
+
+
+def test_a_rerun_with_another_model_or_sampling_is_refused_and_n_narrows_the_summary(
+    tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out"
+    tasks.write_text("".join(f'{{"id": "{i}", "prompt": "Go.", "label": 1}}\n' for i in "ab"))
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "--out", str(out)]
+    assert main(command) == 0
+    capsys.readouterr()
+    for changed, key in (
+        (["--temperature", "0.5"], "temperature"),
+        (["--model", str(tmp_path)], "model"),
+        (["--max-reply-tokens", "8"], "max_reply_tokens"),
+    ):
+        assert main([*command, *changed]) == 1
+        assert f"holds an eval run with different {key};" in capsys.readouterr().err
+    assert main([*command, "-n", "1"]) == 0
+    assert json.loads((out / "summary.json").read_text())["episodes"] == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--max-reply-tokens", "0"], "--max-reply-tokens 0: each must be at least 1"),
+        (["-k", "0", "--max-turns", "0"], "-k 0, --max-turns 0: each must be at least 1"),
+        (["--temperature", "-1"], "--temperature -1.0: must be 0 (greedy) or more"),
+    ],
+)
+def test_bad_numbers_are_refused_naming_the_flag(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", "--env", "math", *flags]) == 1
+    assert said in capsys.readouterr().err
