@@ -18,9 +18,12 @@ def no_dataset_for(env: object, split: str) -> NoTaskSourceError:
     """What a built-in env given `dataset=`/`eval_dataset=` files raises for a split it got no
     file for: falling back to its generated tasks would score them in the file's place."""
     if split == "held_out":
-        way = "pass eval_dataset=FILE too, or evaluate its 'train' split (--split train)"
+        way = (
+            "pass eval_dataset=FILE too (env_kwargs.eval_dataset=FILE in training), or evaluate "
+            "its 'train' split (eval --split train; eval.split=train in training)"
+        )
     else:
-        way = f"pass dataset=FILE for {split!r} too"
+        way = f"pass dataset=FILE for {split!r} too (env_kwargs.dataset=FILE in training)"
     return NoTaskSourceError(
         f"{type(env).__name__} was given a task file for another split but none for "
         f"{split!r}: {way}"
@@ -32,6 +35,16 @@ def render_plain(task: Task) -> str:
     if isinstance(task.prompt, str):
         return task.prompt
     return "".join(f"{m.role}: {m.content}\n" for m in task.prompt) + "assistant: "
+
+
+def dataset_splits(dataset: str | None, eval_dataset: str | None) -> dict[str, str | None]:
+    """An env's `dataset`/`eval_dataset` arguments as its splits, each file checked to exist
+    now, so a wrong path fails when the env is made rather than when tasks are first read."""
+    for argument, path in (("dataset", dataset), ("eval_dataset", eval_dataset)):
+        if path is not None and not Path(path).is_file():
+            what = "is not a regular file" if Path(path).exists() else "does not exist"
+            raise TaskFileError(f"{argument}={path}: the task file {what}")
+    return {"train": dataset, "held_out": eval_dataset}
 
 
 def scored_texts(prompt: str, action: str) -> tuple[str, str]:
@@ -52,11 +65,12 @@ def read_jsonl_tasks(
     for where, default_id, record in read_jsonl_records(path):
         if input_key not in record:
             raise TaskFileError(
-                f"{where} has no {input_key!r} field (it has {sorted(record)}). A task file "
-                'holds one {"prompt": ..., "label": ...} object per line (in Python, '
-                "read_jsonl_tasks(input_key=...) reads another field); a dataset in a built-in "
-                "env's own format (GSM8K, MATH, MBPP, HumanEval) goes in its dataset=FILE or "
-                "eval_dataset=FILE argument instead"
+                f"{where} has no {input_key!r} field (it has {sorted(record)}). Name the "
+                "prompt's field with the env argument input_key=FIELD (and the label's with "
+                "label_key=FIELD; in `agenthub train`, env_kwargs.input_key=FIELD), as for "
+                'OpenRLHF\'s --input_key, or write one {"prompt": ..., "label": ...} object per '
+                "line; a dataset in a built-in env's own format (GSM8K, MATH, MBPP, HumanEval) "
+                "goes in its dataset=FILE or eval_dataset=FILE argument instead"
             )
         prompt = record.pop(input_key)
         label = record.pop(label_key, None) if label_key else None

@@ -168,7 +168,7 @@ async def _check_env(cfg: TrainConfig) -> None:
                 if next(iter(env.tasks(split)), None) is None:
                     raise AgentHubError(f"environment {cfg.env!r} gives no {split!r} tasks")
             except (AgentHubError, ValueError, OSError) as exc:
-                hint = "" if split == "train" else "; or set eval.every=0, or eval.split=train"
+                hint = "" if split == "train" else "; or set eval.every=0"
                 message = f"{reader} reads split {split!r}: {str(exc).rstrip('.')}{hint}"
                 raise AgentHubError(message) from exc
     finally:

@@ -139,6 +139,21 @@ def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_envs_check_says_a_broken_dataset_is_the_file_s_fault_not_the_env_s(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    reward = f"reward_func={REPO / 'tests' / 'fixtures' / 'reward_plain.py'}"
+    for dataset, message in (
+        ("bad.jsonl", "bad.jsonl:1 is not valid JSON"),
+        ("gone.jsonl", "dataset={tmp}/gone.jsonl: the task file does not exist"),
+    ):
+        result = agenthub("envs", "check", "reward_func", reward, f"dataset={tmp_path / dataset}")
+        assert result.returncode == 1 and "contract" not in result.stderr, result.stderr
+        assert result.stderr.startswith("agenthub: error: ")
+        assert message.format(tmp=tmp_path) in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -5,7 +5,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
-from agenthub.envs._tasks import no_dataset_for
+from agenthub.envs._tasks import dataset_splits, no_dataset_for
 from agenthub.envs.code_exec._extract import extract_code
 from agenthub.envs.code_exec._formats import read_code_tasks
 from agenthub.envs.code_exec._generator import generate_tasks
@@ -59,7 +59,7 @@ class CodeExecEnv(Env[list[Message]]):
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self._datasets = {"train": dataset, "held_out": eval_dataset}
+        self._datasets = dataset_splits(dataset, eval_dataset)
         self._task_format = task_format
         self._num_tasks = num_tasks
         self._task_seed = task_seed

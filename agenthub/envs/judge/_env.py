@@ -7,7 +7,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
 from agenthub.envs._http import HttpPolicy
-from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, scored_texts
+from agenthub.envs._tasks import dataset_splits, no_dataset_for, read_jsonl_tasks, scored_texts
 from agenthub.envs.judge._llm import DEFAULT_RUBRIC, LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
 
@@ -97,7 +97,7 @@ class JudgeEnv(Env[list[Message]]):
         else:
             assert rm_url is not None
             self._rm = RemoteRewardModel(rm_url, policy=policy, max_batch_size=max_batch_size)
-        self._datasets = {"train": dataset, "held_out": eval_dataset}
+        self._datasets = dataset_splits(dataset, eval_dataset)
         self._input_key = input_key
         self._label_key = label_key
         self._task: Task | None = None

@@ -7,7 +7,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._errors import AgentFuncError
 from agenthub._types import Step, Task
-from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain
+from agenthub.envs._tasks import dataset_splits, no_dataset_for, read_jsonl_tasks, render_plain
 from agenthub.envs.openrlhf_agent._load import load_agent_instance_class
 from agenthub.envs.openrlhf_agent._loop import LoopThread
 from agenthub.envs.reward_func._output import parse_reward_output
@@ -48,7 +48,7 @@ class OpenRLHFAgentEnv(Env[str]):
     ) -> None:
         self._path = str(agent_func)
         self._cls = load_agent_instance_class(agent_func)
-        self._datasets = {"train": dataset, "held_out": eval_dataset}
+        self._datasets = dataset_splits(dataset, eval_dataset)
         self._keys = (input_key, label_key)
         self._loop: LoopThread | None = None
         self._agent: Any = None

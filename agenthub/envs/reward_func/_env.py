@@ -5,7 +5,13 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Observation, Step, Task
-from agenthub.envs._tasks import no_dataset_for, read_jsonl_tasks, render_plain, scored_texts
+from agenthub.envs._tasks import (
+    dataset_splits,
+    no_dataset_for,
+    read_jsonl_tasks,
+    render_plain,
+    scored_texts,
+)
 from agenthub.envs.reward_func._function import RewardFunction, load_reward_func
 from agenthub.envs.reward_func._output import RewardOutput
 from agenthub.envs.reward_func._remote import RemoteRewardModel
@@ -61,7 +67,7 @@ class RewardFuncEnv(Env[Observation]):
         else:
             assert reward_func is not None
             self._function = RewardFunction(reward_func)
-        self._datasets = {"train": dataset, "held_out": eval_dataset}
+        self._datasets = dataset_splits(dataset, eval_dataset)
         self._input_key = input_key
         self._label_key = label_key
         self._task: Task | None = None

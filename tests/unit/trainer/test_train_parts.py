@@ -389,7 +389,10 @@ def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
     [
         (["env=nope"], "no environment 'nope'"),
         (["env=math", "env_kwargs.bogus=1"], "unexpected keyword argument 'bogus'"),
-        (["env=math", 'env_kwargs.dataset="gone.jsonl"'], "task file gone.jsonl does not exist"),
+        (
+            ["env=math", 'env_kwargs.dataset="gone.jsonl"'],
+            "dataset=gone.jsonl: the task file does not exist",
+        ),
         (
             ["env=math", 'env_kwargs.dataset="{tmp}/gsm8k.jsonl"'],
             "held-out evaluation .* reads split 'held_out': .* or set eval.every=0",
