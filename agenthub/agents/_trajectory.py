@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -92,3 +93,12 @@ class Trajectory(BaseModel):
     def success_score(self) -> float:
         """The score for pass@k and filtering: `score` when reported, else `reward`."""
         return self.reward if self.score is None else self.score
+
+
+def mean_extra_logs(trajectories: Iterable[Trajectory]) -> dict[str, float]:
+    """The mean of each `extra_logs` key over the trajectories that logged it, by key."""
+    logs: dict[str, list[float]] = {}
+    for t in trajectories:
+        for key, value in t.extra_logs.items():
+            logs.setdefault(key, []).append(value)
+    return {key: sum(values) / len(values) for key, values in sorted(logs.items())}

@@ -27,6 +27,7 @@ from agenthub.agents import (
     SamplingParams,
     Trajectory,
 )
+from agenthub.agents._trajectory import mean_extra_logs
 from agenthub.cli._envs import find_local_envs, parse_kwargs, run_dir
 
 if TYPE_CHECKING:
@@ -372,10 +373,27 @@ def resolve_model(
         with RichBuildProgress(transient=True) as shown:
             return ensure_default_model(progress=shown)
     path = Path(model)
-    if not (path / "config.json").is_file():
+    config = path / "config.json"
+    if (path / "checkpoints").is_dir() and (path / "model").is_dir():
+        raise AgentHubError(
+            f"--model {model}: that is a training run; its policy at the last checkpoint is "
+            f"--model {path / 'model'}"
+        )
+    if not config.is_file():
         raise AgentHubError(
             f"--model {model}: no config.json there; give a local Hugging Face model directory "
             "or 'default'"
+        )
+    try:
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+    except (ValueError, AttributeError):
+        model_type = None
+    has_tokenizer = any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    if not model_type or not has_tokenizer:
+        lacks = "no model_type in its config.json" if not model_type else "no tokenizer"
+        raise AgentHubError(
+            f"--model {model}: not a Hugging Face model directory (it has {lacks}); give "
+            "one, a training run's model/ directory, or 'default'"
         )
     return path
 
@@ -426,10 +444,6 @@ def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
             if values:
                 pass_at[f"pass@{j}"] = sum(values) / len(values)
     generated = sum(t.num_generated_tokens for t in trajectories)
-    logs: dict[str, list[float]] = {}
-    for t in trajectories:
-        for key, value in t.extra_logs.items():
-            logs.setdefault(key, []).append(value)
     return {
         "episodes": n,
         "tasks": len(by_task),
@@ -445,7 +459,7 @@ def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
             "mean_generated_per_episode": generated / n if n else None,
         },
         "mean_turns": sum(t.num_turns for t in trajectories) / n if n else None,
-        "extra_logs": {key: sum(values) / len(values) for key, values in sorted(logs.items())},
+        "extra_logs": mean_extra_logs(trajectories),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -145,10 +146,12 @@ def _run(config: object, out: Path, resume: bool) -> int:
     bar = progress.add_task("train", total=config.run.max_steps, stats="starting")
 
     started = False
+    last: list[StepReport] = []
 
     def on_step(report: StepReport) -> None:
         nonlocal started
         started = True
+        last[:] = [report]
         held = "" if report.eval_reward is None else f"  held-out {report.eval_reward:.3f}"
         progress.update(
             bar,
@@ -174,9 +177,13 @@ def _run(config: object, out: Path, resume: bool) -> int:
     console.print(f"agenthub train: env {config.env}, run directory {out}")
     with progress:
         summary = trainer.run()
+        if last and summary["last_eval_reward"] is not None:
+            # The closing evaluation comes after the last step's report.
+            on_step(dataclasses.replace(last[0], eval_reward=summary["last_eval_reward"]))
+    model = " model/," if config.run.save_model else ""
     console.print(
         f"stopped after {summary['steps']} steps ({summary['stopped']}); "
-        f"checkpoint, metrics.jsonl and reward.png in {out}"
+        f"checkpoint,{model} metrics.jsonl and reward.png in {out}"
     )
     if summary["first_eval_reward"] is not None:
         console.print(

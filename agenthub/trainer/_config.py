@@ -127,6 +127,9 @@ class RunConfig(_Section):
     """Save a checkpoint every this many steps (and when the run stops)."""
     keep_checkpoints: int = Field(2, ge=1)
     """Checkpoints kept on disk; older ones are deleted."""
+    save_model: bool = True
+    """With each checkpoint, write the policy as a Hugging Face model directory to `model/`
+    in the run directory (for `agenthub eval --model`, vLLM or transformers)."""
     save_trajectories: int = Field(4, ge=0)
     """Trajectories of each step appended to trajectories.jsonl as samples."""
     max_failed_groups: int = Field(32, ge=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -103,6 +104,7 @@ class Learner:
         from transformers import AutoModelForCausalLM
 
         self.config = config or LearnerConfig()
+        self.model_path = Path(model_path)
         _init_single_process_distributed()
         dtype = torch.bfloat16 if self.config.bf16 else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
@@ -242,6 +244,25 @@ class Learner:
         self.engine.save_checkpoint(str(directory), tag=tag, client_state={"steps": self.steps})
         if self.critic is not None:
             self.critic.save_checkpoint(Path(directory) / tag)
+
+    def save_model(self, directory: str | Path) -> None:
+        """The policy as a Hugging Face model directory: its weights (gathered under ZeRO-3)
+        as safetensors, with the starting model's config and tokenizer. Written beside
+        `directory` and then moved into place, so a crash leaves the previous one whole."""
+        from transformers import AutoTokenizer
+
+        target = Path(directory)
+        partial, old = (target.with_name(f"{target.name}.{end}") for end in ("partial", "old"))
+        shutil.rmtree(partial, ignore_errors=True)
+        self.engine.module.save_pretrained(
+            partial, state_dict=self.state_dict(), safe_serialization=True
+        )
+        AutoTokenizer.from_pretrained(self.model_path).save_pretrained(partial)
+        shutil.rmtree(old, ignore_errors=True)
+        if target.exists():
+            target.rename(old)
+        partial.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self, directory: str | Path, tag: str | None = None) -> None:
         path, client = self.engine.load_checkpoint(str(directory), tag=tag)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
+from agenthub.agents._trajectory import mean_extra_logs
 from agenthub.trainer._config import AlgorithmConfig, TrainConfig
 from agenthub.trainer._metrics import MetricsLog, read_metrics
 
@@ -36,12 +37,13 @@ __all__ = ["RunDirectory", "StepReport", "Trainer", "triage"]
 STATE = "state.json"
 CONFIG = "config.json"
 CHECKPOINTS = "checkpoints"
+MODEL = "model"  # the policy as a Hugging Face model, written with each checkpoint
 
 
 class RunDirectory:
     """The files of one run: `config.json`, `metrics.jsonl`, `trajectories.jsonl` samples,
-    `checkpoints/` (DeepSpeed's, plus `state.json` naming the newest complete one) and
-    `reward.png`."""
+    `checkpoints/` (DeepSpeed's, plus `state.json` naming the newest complete one),
+    `model/` (the policy at the newest checkpoint, as a Hugging Face model) and `reward.png`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -637,6 +639,8 @@ class Trainer:
             "learner/idle_fraction": batch.wait_s / step_s if step_s > 0 else 0.0,
             "learner/sync_s": self._sync_s,
         }
+        # An env's own numbers (OpenRLHF's extra_logs): the mean over the episodes logging each.
+        record.update({f"train/extra/{k}": v for k, v in mean_extra_logs(seen).items()})
         record.update({f"errors/{cause}": n for cause, n in batch.errors.items()})
         record.update({f"learner/{k}": v for k, v in learned.items()})
         return record
@@ -681,6 +685,8 @@ class Trainer:
     async def _checkpoint(self, step: int, elapsed_s: float) -> None:
         tag = f"step-{step}"
         await self._learner.save_checkpoint.remote(str(self.dir.checkpoints), tag)
+        if self.config.run.save_model:
+            await self._learner.save_model.remote(str(self.dir.path / MODEL))
         stats = await asyncio.gather(
             *(w.stats.remote() for w in self._workers), return_exceptions=True
         )

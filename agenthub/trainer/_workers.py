@@ -278,6 +278,9 @@ class LearnerWorker:
     def save_checkpoint(self, directory: str, tag: str) -> None:
         self.learner.save_checkpoint(Path(directory), tag)
 
+    def save_model(self, directory: str) -> None:
+        self.learner.save_model(Path(directory))
+
     def load_checkpoint(self, directory: str, tag: str) -> int:
         self.learner.load_checkpoint(Path(directory), tag)
         return self.learner.steps

@@ -111,6 +111,7 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
         assert r["staleness/max"] <= 1, "never trained on data older than max_staleness"
         assert 0.0 <= r["learner/idle_fraction"] <= 1.0
         assert r["groups/trained"] == 2
+        assert 0.0 <= r["train/extra/pass_fraction"] <= 1.0, "the env's extra_logs are logged"
     assert all(r["learner/sync_s"] > 0 for r in records[2:]), "weight syncs are timed"
     evals = [r for r in _records(out) if "eval/reward" in r]
     assert evals[0]["step"] == 0 and evals[0]["eval/policy_version"] == 0
@@ -142,6 +143,27 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert after["tasks_drawn"][0] > killed_after["tasks_drawn"][0] > state["tasks_drawn"][0]
     summary = json.loads(again.stdout.strip().splitlines()[-1])  # Ray was shut down first
     assert summary["steps"] == target and summary["stopped"] == f"reached max_steps={target}"
+    _check_exported_policy(out, after["tag"])
+
+
+def _check_exported_policy(out: Path, tag: str) -> None:
+    """`model/` is the policy of the last checkpoint as a Hugging Face model, and eval runs it."""
+    import torch
+    from safetensors.torch import load_file
+
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("model")) == ["model"]
+    exported = load_file(out / "model" / "model.safetensors")
+    [states] = (out / "checkpoints" / tag).glob("*model_states.pt")
+    trained = torch.load(states, map_location="cpu", weights_only=False)["module"]
+    assert exported and all(torch.equal(v, trained[k]) for k, v in exported.items())
+    result = subprocess.run(
+        [sys.executable, "-m", "agenthub", "eval", "--env", "code_exec", "--model",
+         str(out / "model"), "-n", "1", "--max-turns", "1", "--max-reply-tokens", "32",
+         "--out", str(out.parent / "eval")],
+        capture_output=True, text=True, timeout=600, env=_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out.parent / "eval" / "summary.json").read_text())["episodes"] == 1
 
 
 def _killed(
@@ -216,13 +238,15 @@ def test_a_run_whose_rollout_worker_dies_keeps_the_learners_steps(tmp_path: Path
 def test_a_run_that_fails_in_a_worker_says_where_to_go_on(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
-    (model / "config.json").write_text("{}")  # passes the CLI's check, fails to load
+    # Passes the CLI's check (a model type and a tokenizer), fails to load in the workers.
+    (model / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    (model / "tokenizer_config.json").write_text("{}")
     out = tmp_path / "run"
     failed = _complete(out, "--env", "math", "--model", str(model), "run.wandb=disabled")
     said = " ".join((failed.stdout + failed.stderr).split())  # the console wraps lines
     assert failed.returncode == 1, said[-3000:]
     assert "the run failed: RayTaskError(ValueError). It has no checkpoint yet:" in said
-    assert "Unrecognized model" in said, "the error itself is shown"
+    assert "does not recognize this architecture" in said, "the error itself is shown"
     assert "--resume starts it again from step 0" in said
 
 

@@ -76,6 +76,20 @@ def test_model_must_be_a_model_directory(tmp_path: Path) -> None:
     with pytest.raises(AgentHubError, match="no config.json"):
         resolve_model(str(tmp_path), needed=True)
     assert resolve_model(None, needed=False) is None
+    (tmp_path / "config.json").write_text('{"env": "math"}')
+    with pytest.raises(AgentHubError, match="it has no model_type in its config.json"):
+        resolve_model(str(tmp_path), needed=True)
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(AgentHubError, match="it has no tokenizer"):
+        resolve_model(str(tmp_path), needed=True)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert resolve_model(str(tmp_path), needed=True) == tmp_path
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "model").mkdir()
+    with pytest.raises(
+        AgentHubError, match=f"training run; its policy .* is --model {tmp_path}/model$"
+    ):
+        resolve_model(str(tmp_path), needed=True)
 
 
 def test_eval_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
