@@ -116,4 +116,4 @@ fi
 if [[ $mode == full ]]; then
     $sudo "$venv/bin/agenthub" sandbox build-image --if-missing | sed 's/^/[setup] /'
 fi
-log "done in $((SECONDS - start)) s ($mode)"
+log "done in $((SECONDS - start)) s ($mode); to use agenthub: source $venv/bin/activate"
