@@ -7,7 +7,9 @@ only, and an environment's module is imported by `make` (or by `load_entry_point
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
+import inspect
 import traceback
 import typing
 from collections.abc import Callable
@@ -202,6 +204,15 @@ def _check_argument_types(
     line is named as the wrong argument instead of failing deep inside the env ("'<' not
     supported between instances of 'str' and 'int'"). Lax, as pydantic coerces: only what
     cannot be the annotated type is refused."""
+    if (accepted := _parameters(factory)) is not None:
+        for name in arguments:
+            if name not in accepted:
+                close = difflib.get_close_matches(name, accepted, n=1)
+                maybe = f" (did you mean {close[0]!r}?)" if close else ""
+                raise EnvArgumentsError(
+                    f"{_describe(spec)} could not be built with {arguments}: unexpected keyword "
+                    f"argument {name!r}{maybe}; it takes {', '.join(accepted) or 'no arguments'}"
+                )
     adapters = _argument_adapters(factory)
     for name, value in arguments.items():
         adapter = adapters.get(name)
@@ -216,6 +227,19 @@ def _check_argument_types(
                 f"{_describe(spec)}: argument {name}={value!r} must be {expected}: "
                 f"{exc.errors()[0]['msg'].lower()}"
             ) from exc
+
+
+@cache
+def _parameters(factory: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The keyword arguments `factory` takes; `None` when it takes any (`**kwargs`) or its
+    signature cannot be read."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
 
 
 @cache
