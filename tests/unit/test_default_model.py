@@ -285,3 +285,19 @@ def test_public_names_are_exported_and_importing_is_light() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_build_progress_off_a_terminal_says_each_phase_as_it_starts() -> None:
+    import io
+
+    from rich.console import Console
+
+    from agenthub.agents.default_model import RichBuildProgress
+
+    out = io.StringIO()
+    with RichBuildProgress(Console(file=out, force_terminal=False), transient=True) as shown:
+        shown.phase("building the tokenizer")
+        assert out.getvalue() == "building the tokenizer ...\n", "said before the phase ends"
+        shown.phase("warm start", total=3)
+        shown.advance(0.5)
+    assert "warm start ...\n" in out.getvalue()

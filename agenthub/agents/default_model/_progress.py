@@ -71,6 +71,10 @@ class RichBuildProgress:
 
     def phase(self, name: str, total: int | None = None) -> None:
         self._finish()
+        console = self._progress.console
+        if not console.is_terminal:
+            # A bar is drawn only on a terminal: elsewhere (a log, CI) say what is under way.
+            console.print(f"{name} ...", highlight=False)
         self._total = total or 1
         self._current = self._progress.add_task(name, total=self._total, loss="")
 
