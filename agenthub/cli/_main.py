@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -136,8 +137,28 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         else:
             rest.append(item)
     if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        # Said by the command's own parser, so its usage is shown, with the nearest flag.
+        command = _command_parser(parser, args)
+        flags = [flag for action in command._actions for flag in action.option_strings]
+        hints = [
+            f"{given}: did you mean {close[0]}?"
+            for given in (item.split("=", 1)[0] for item in rest if item.startswith("-"))
+            if (close := difflib.get_close_matches(given, flags, n=1))
+        ]
+        command.error("; ".join([f"unrecognized arguments: {' '.join(rest)}", *hints]))
     return args
+
+
+def _command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The (sub)parser of the command `args` holds, e.g. `agenthub envs check`'s."""
+    while True:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        chosen = None if sub is None else sub.choices.get(str(getattr(args, sub.dest, "")))
+        if chosen is None:
+            return parser
+        parser = chosen
 
 
 def error_message(exc: AgentHubError) -> str:

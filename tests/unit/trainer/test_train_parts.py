@@ -103,6 +103,11 @@ def test_overrides_may_stand_anywhere_on_the_command_line(
     with pytest.raises(SystemExit):
         main([*argv, "--no-such-flag"])
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--env", "math", "--max-steps", "3"])
+    said = capsys.readouterr().err  # by train's own parser, with the flag it resembles
+    assert said.startswith("usage: agenthub train ")
+    assert said.endswith("--max-steps: did you mean --steps?\n")
 
 
 @pytest.mark.parametrize(
