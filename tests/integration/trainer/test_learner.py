@@ -256,3 +256,31 @@ def test_ppo_with_a_critic_learns_values_and_moves_the_policy(
     assert restored.critic is not None
     with torch.no_grad():
         torch.testing.assert_close(restored.critic.values(before), learner.critic.values(before))
+
+
+def test_the_policy_is_saved_as_a_hugging_face_model_under_zero_3(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    import shutil
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.tiny_model import build_tokenizer
+
+    source = tmp_path / "source"
+    shutil.copytree(tiny_model, source)
+    build_tokenizer(source)
+    learner = Learner(source, LearnerConfig(zero_stage=3, lr=1e-2, micro_batch_size=2))
+    learner.save_model(tmp_path / "model")
+    learner.step(batch(None, tiny_model, [1.0, -1.0]))
+    learner.save_model(tmp_path / "model")  # replaces the first in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "source"]
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "model").state_dict()
+    trained = learner.state_dict()
+    assert saved.keys() == trained.keys()
+    for key, value in trained.items():
+        torch.testing.assert_close(saved[key], value)
+    start = AutoModelForCausalLM.from_pretrained(source).state_dict()
+    assert any(not torch.equal(saved[k], start[k]) for k in start), "the trained step is saved"
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert tokenizer.chat_template == AutoTokenizer.from_pretrained(source).chat_template
