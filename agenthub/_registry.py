@@ -211,7 +211,8 @@ def _check_argument_types(
                 maybe = f" (did you mean {close[0]!r}?)" if close else ""
                 raise EnvArgumentsError(
                     f"{_describe(spec)} could not be built with {arguments}: unexpected keyword "
-                    f"argument {name!r}{maybe}; it takes {', '.join(accepted) or 'no arguments'}"
+                    f"argument {name!r}{maybe}; it takes {', '.join(accepted) or 'no arguments'} "
+                    f"(`agenthub envs show {spec.id}` describes them)"
                 )
     adapters = _argument_adapters(factory)
     for name, value in arguments.items():

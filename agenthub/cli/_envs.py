@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
@@ -9,6 +10,7 @@ from typing import Any
 
 import anyio
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agenthub._env import Env
@@ -58,6 +60,115 @@ def list_command(args: argparse.Namespace) -> int:
         table.add_row(s.id, s.package or "(registered)", text if ok else f"[red]{text}[/red]")
     Console(soft_wrap=False).print(table)
     return 0 if all(ok for *_, ok in rows) else 1
+
+
+def env_arguments(factory: Any, registered: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """What `make` passes on to `factory`: each argument's name, type, default (the registered
+    one where the spec sets it) and the docstring's `Args:` text for it; and whether it also
+    takes any other (`**kwargs`)."""
+    from agenthub.tools._schema import split_docstring
+
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return [], True
+    constructor = factory.__init__ if isinstance(factory, type) else None  # type: ignore[misc]
+    described = {**split_docstring(factory)[1], **split_docstring(constructor)[1]}
+    arguments = []
+    for p in parameters:
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        required = p.default is p.empty and p.name not in registered
+        default = registered.get(p.name, None if required else p.default)
+        attribute = getattr(factory, p.name, None)
+        if default is None and isinstance(attribute, str | int | float):
+            default = attribute  # `max_turns=None` meaning the class's `max_turns = 3`
+        arguments.append(
+            {
+                "name": p.name,
+                "type": _annotation(p.annotation),
+                "default": default,
+                "required": required,
+                "description": described.get(p.name, ""),
+            }
+        )
+    return arguments, any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _annotation(annotation: Any) -> str:
+    if annotation is inspect.Parameter.empty:
+        return ""
+    return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+
+
+def show_command(args: argparse.Namespace) -> int:
+    find_local_envs(args.env_id)
+    env_spec = spec(args.env_id)
+    factory = load_entry_point(env_spec)
+    arguments, takes_any = env_arguments(factory, env_spec.kwargs)
+    tools = [
+        {"name": f.__name__, "description": (inspect.getdoc(f) or "").split("\n\n")[0]}
+        for f in getattr(factory, "functions", ())
+        if callable(f)
+    ]
+    try:
+        source = inspect.getsourcefile(factory)
+    except TypeError:
+        source = None
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "id": env_spec.id,
+                    "package": env_spec.package,
+                    "entry_point": env_spec.entry_point,
+                    "source": source,
+                    "description": inspect.getdoc(factory) or "",
+                    "arguments": arguments,
+                    "takes_any_argument": takes_any,
+                    "tools": tools,
+                },
+                default=repr,
+            )
+        )
+        return 0
+    console = Console(soft_wrap=True)  # the docstring keeps its own lines
+    where = "" if env_spec.entry_point == env_spec.id else f"  {env_spec.entry_point}"
+    console.print(f"[bold]{env_spec.id}[/bold]{where}", highlight=False)
+    origin = [f"package {env_spec.package}" if env_spec.package else "", source or ""]
+    console.print(", ".join(filter(None, origin)), style="dim", highlight=False)
+    console.print()
+    console.print(inspect.getdoc(factory) or "(no docstring)", markup=False, highlight=False)
+    console.print()
+    if arguments:
+        table = Table(title="Arguments (KEY=VALUE, the value as JSON)", title_justify="left")
+        table.add_column("argument", style="bold")
+        table.add_column("type")
+        table.add_column("default")
+        if any(a["description"] for a in arguments):
+            table.add_column("description")
+        for a in arguments:
+            default = "[red]required[/red]" if a["required"] else escape(_shorten(a["default"]))
+            row = [a["name"], escape(a["type"]), default]
+            table.add_row(*row, *([a["description"]] if len(table.columns) > 3 else []))
+        console.print(table)
+    else:
+        console.print("It takes no arguments.")
+    if takes_any:
+        console.print("It also takes arguments not listed here (**kwargs).")
+    if tools:
+        console.print()
+        console.print("Tools the model may call:")
+        width = max(len(tool["name"]) for tool in tools)
+        for tool in tools:
+            name = tool["name"].ljust(width)
+            console.print(f"  [bold]{name}[/bold]  {escape(tool['description'])}")
+    return 0
+
+
+def _shorten(value: Any, width: int = 48) -> str:
+    text = json.dumps(value) if isinstance(value, str | int | float | bool | None) else repr(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def find_local_envs(env_id: str) -> None:

@@ -28,12 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
     for group in ("envs", "env"):
         envs = commands.add_parser(
             group,
-            help="list, check and scaffold environments" if group == "envs" else "alias of envs",
+            help="list, describe, check and scaffold environments"
+            if group == "envs"
+            else "alias of envs",
         )
         actions = envs.add_subparsers(dest="action", metavar="ACTION", required=True)
         listing = actions.add_parser("list", help="list installed environments")
         listing.add_argument("--json", action="store_true", help="print JSON lines")
         listing.set_defaults(handler=_lazy("agenthub.cli._envs", "list_command"))
+        show = actions.add_parser(
+            "show", help="describe an env: its docstring, the arguments it takes, its tools"
+        )
+        show.add_argument("env_id", metavar="ID")
+        show.add_argument("--json", action="store_true", help="print one JSON object")
+        show.set_defaults(handler=_lazy("agenthub.cli._envs", "show_command"))
         check = actions.add_parser("check", help="run agenthub.testing.check_env on an env")
         check.add_argument("env_id", metavar="ID")
         check.add_argument(

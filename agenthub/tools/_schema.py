@@ -56,14 +56,14 @@ def _cacheable(function: Callable[..., Any]) -> bool:
 def _schema_text(function: Callable[..., Any]) -> str:
     parameters = arguments_model(function).model_json_schema()
     _drop_titles(parameters)
-    description, _ = _docstring(function)
+    description, _ = split_docstring(function)
     schema = {"name": function.__name__, "description": description, "parameters": parameters}
     return json.dumps({"type": "function", "function": schema})
 
 
 @functools.cache
 def _model(function: Callable[..., Any]) -> type[BaseModel]:
-    _, described = _docstring(function)
+    _, described = split_docstring(function)
     try:
         hints = typing.get_type_hints(function, include_extras=True)
     except NameError as exc:
@@ -111,9 +111,9 @@ def _check_named(function: Callable[..., Any]) -> None:
         )
 
 
-def _docstring(function: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+def split_docstring(target: Any) -> tuple[str, dict[str, str]]:
     """The description (the docstring up to its first section) and each `Args:` entry's text."""
-    lines = (inspect.getdoc(function) or "").splitlines()
+    lines = (inspect.getdoc(target) or "").splitlines()
     description: list[str] = []
     described: dict[str, str] = {}
     section: str | None = None

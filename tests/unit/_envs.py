@@ -18,6 +18,9 @@ class CountdownEnv(Env[list[Message]]):
     """Say a number; the env counts down from the task's label and ends at zero."""
 
     def __init__(self, delay_s: float = 0.0) -> None:
+        """Args:
+        delay_s: seconds each reset and step wait first
+        """
         self.delay_s = delay_s
         self.remaining: int | None = None
         self.closed = 0

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -8,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agenthub import AgentHubError, make
-from agenthub._registry import _refresh
+from agenthub import AgentHubError, make, register
+from agenthub._registry import _refresh, _registered
 from agenthub.cli import main
 from agenthub.cli._main import error_message
 from agenthub.cli._scaffold import scaffold
@@ -58,6 +59,54 @@ def test_envs_list_shows_an_id_two_packages_declare_once_with_why_it_cannot_load
     by_id = {r["id"]: r for r in rows}
     assert "declared by several installed packages" in by_id["math"]["error"]
     assert by_id["reward_func"]["description"].startswith("Single-turn")
+
+
+def test_envs_show_describes_an_env_and_the_arguments_it_takes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["envs", "show", "math"]) == 0
+    out = capsys.readouterr().out
+    assert "agenthub.envs.math:MathEnv" in out
+    assert "With `max_attempts > 1`, a wrong answer" in out  # the whole docstring
+    assert re.search(r"max_attempts\s+│\s+int\s+│\s+1\b", out)
+
+    assert main(["envs", "show", "openrlhf_agent", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    by_name = {a["name"]: a for a in shown["arguments"]}
+    assert by_name["agent_func"]["required"] is True
+    assert by_name["input_key"] == {
+        "name": "input_key",
+        "type": "str",
+        "default": "prompt",
+        "required": False,
+        "description": "",
+    }
+    assert shown["takes_any_argument"] is False
+    assert shown["tools"] == []
+
+
+def test_envs_show_gives_registered_defaults_argument_docs_and_tools(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    register("slow_countdown", "tests.unit._envs:CountdownEnv", override=True, delay_s=0.5)
+    try:
+        assert main(["envs", "show", "slow_countdown", "--json"]) == 0
+    finally:
+        _registered.pop("slow_countdown")
+    (delay,) = json.loads(capsys.readouterr().out)["arguments"]
+    assert delay["default"] == 0.5
+    assert delay["description"] == "seconds each reset and step wait first"
+
+    assert main(["envs", "show", "tests.unit._tool_envs:Calculator"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"max_turns\s+│\s+int \| None\s+│\s+3\b", out)  # the class's own
+    assert re.search(r"add\s+Add two integers\.", out)
+    assert "divide    Divide a by b." in out
+
+
+def test_a_wrong_env_argument_points_at_envs_show(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(AgentHubError, match=r"`agenthub envs show math` describes them"):
+        make("math", max_attempt=2)
 
 
 def test_bench_lists_the_benchmark_scripts_with_their_summaries(
@@ -256,6 +305,20 @@ def test_scaffold_writes_a_package_with_entry_point(tmp_path: Path) -> None:
     for path in written:
         if path.suffix == ".py":
             compile(path.read_text(), str(path), "exec")
+
+
+def test_the_scaffolded_env_documents_its_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scaffold("doc-game", tmp_path / "pkg")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg" / "src"))
+    assert main(["envs", "show", "doc_game.env:DocGameEnv", "--json"]) == 0
+    arguments = json.loads(capsys.readouterr().out)["arguments"]
+    assert [(a["name"], a["default"], bool(a["description"])) for a in arguments] == [
+        ("high", 100, True),
+        ("max_turns", 8, True),
+        ("num_tasks", 1000, True),
+    ]
 
 
 def test_scaffold_with_tools_writes_a_tool_env_whose_tests_pass(tmp_path: Path) -> None:

@@ -112,7 +112,9 @@ def test_wrong_arguments_name_the_env() -> None:
     with pytest.raises(TypeError, match="unexpected keyword argument 'colour'") as info:
         make("countdown", colour="red")  # still what the constructor raised, for old callers
     assert "raised at" not in str(info.value)
-    assert str(info.value).endswith("'colour'; it takes delay_s")
+    assert str(info.value).endswith(
+        "'colour'; it takes delay_s (`agenthub envs show countdown` describes them)"
+    )
     with pytest.raises(EnvArgumentsError, match=r"'delay' \(did you mean 'delay_s'\?\); it takes"):
         make("countdown", delay=1.0)
 
