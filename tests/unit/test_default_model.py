@@ -213,8 +213,7 @@ def test_train_shows_a_first_build_on_its_progress_bar(tmp_path: Path) -> None:
             seen.append(progress.tasks[0].fields["stats"])
 
     ensure_default_model(tmp_path, TINY, progress=Watching())
-    assert seen[0] == "default model: collecting demonstrations"
-    assert "default model: training the tokenizer" in seen
+    assert seen[0] == "default model: training the tokenizer"
     assert seen[-1] == "default model: saving"
     sft = [line for line in seen if line.startswith("default model: warm start")]
     assert sft[-1].startswith(f"default model: warm start (supervised) 4/{TINY.sft_steps} loss ")
@@ -234,6 +233,9 @@ def test_concurrent_callers_build_once(tmp_path: Path) -> None:
         t.join(timeout=120)
     assert len(results) == 3 and len(set(results)) == 1
     assert sum("training the tokenizer" in p.phases for p in progresses) == 1
+    cached = RecordingProgress()  # a model already built is not announced at all
+    assert ensure_default_model(tmp_path, TINY, progress=cached) == results[0]
+    assert cached.phases == []
 
 
 def test_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
@@ -301,3 +303,8 @@ def test_build_progress_off_a_terminal_says_each_phase_as_it_starts() -> None:
         shown.phase("warm start", total=3)
         shown.advance(0.5)
     assert "warm start ...\n" in out.getvalue()
+
+    out = io.StringIO()
+    with RichBuildProgress(Console(file=out, force_terminal=False), transient=True):
+        pass  # a model already built: not a line, not an empty one
+    assert out.getvalue() == ""

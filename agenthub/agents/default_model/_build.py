@@ -63,8 +63,7 @@ def ensure_default_model(
     config = config or DefaultModelConfig()
     progress = progress or SilentBuildProgress()
     cache_dir = cache_dir or default_cache_dir()
-    progress.phase("collecting demonstrations")
-    demos = _demonstrations(config)
+    demos = _demonstrations(config)  # under a second; the cache key hashes them
     target = cache_dir / f"default-{default_model_key(config, demos)}"
     if not force and (target / MANIFEST).is_file():
         return target
@@ -91,7 +90,6 @@ def build_default_model(
     progress = progress or SilentBuildProgress()
     if out_dir.exists() and not force:
         raise AgentHubError(f"{out_dir} already exists; pass --force to replace it")
-    progress.phase("collecting demonstrations")
     demos = _demonstrations(config)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     _build_atomically(out_dir, config, demos, progress, replace=force)

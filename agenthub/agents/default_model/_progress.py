@@ -56,8 +56,7 @@ class RichBuildProgress:
         self._total = 1
 
     def __enter__(self) -> RichBuildProgress:
-        self._progress.start()
-        return self
+        return self  # the display starts with the first phase: a cached model shows nothing
 
     def __exit__(
         self,
@@ -67,9 +66,12 @@ class RichBuildProgress:
     ) -> None:
         if exc is None:
             self._finish()
-        self._progress.stop()
+        if self._progress.live.is_started:
+            self._progress.stop()
 
     def phase(self, name: str, total: int | None = None) -> None:
+        if not self._progress.live.is_started:
+            self._progress.start()
         self._finish()
         console = self._progress.console
         if not console.is_terminal:
