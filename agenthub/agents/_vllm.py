@@ -6,9 +6,12 @@ import asyncio
 import atexit
 import functools
 import itertools
+import logging
 import os
+import re
 import shutil
 import tempfile
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -98,6 +101,24 @@ def _check_backend_installed(backend: str) -> None:
         )
 
 
+# A deprecation vLLM's Triton shim trips over at import, in this process and its children.
+_REDUCE_OP = "`torch.distributed.reduce_op` is deprecated"
+
+
+def _quiet_if_asked() -> None:
+    """At `VLLM_LOGGING_LEVEL=ERROR` (agenthub's commands set it unless the user did), also
+    keep out what vLLM's CPU build prints past that setting: a warning logged before vLLM sets
+    up its logging (Triton without a CPU backend), a FutureWarning of its Triton shim, and the
+    engine core's C++ notice of its NUMA memory binding. Child processes inherit the two
+    variables; the engine core still says the Triton line once, before anything can stop it."""
+    if os.environ.get("VLLM_LOGGING_LEVEL", "").upper() not in ("ERROR", "CRITICAL"):
+        return
+    logging.getLogger("vllm").setLevel(logging.ERROR)  # until vLLM configures its own
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("PYTHONWARNINGS", f"ignore:{_REDUCE_OP}:FutureWarning")
+    warnings.filterwarnings("ignore", message=re.escape(_REDUCE_OP), category=FutureWarning)
+
+
 def _cpu_only() -> bool:
     import torch
 
@@ -140,6 +161,7 @@ class VLLMEngine(InferenceEngine):
         weight_transfer: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
+        _quiet_if_asked()
         cpu = _cpu_only()
         if cpu:
             # OpenMP pinning assumes the engine owns the cores; here they are shared.
