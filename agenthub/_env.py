@@ -37,7 +37,7 @@ class Env(abc.ABC, Generic[ObsT]):
     - Both methods are cancellation-safe: if cancelled part-way, the instance can still be
       `reset` and `aclose`d, and nothing it started (processes, containers) is left running.
     - `aclose` releases everything and may be called more than once.
-    - Tasks, observations, `info` and `tools` are JSON-serialisable.
+    - Tasks, observations, `info`, `tools` and `stop` are JSON-serialisable.
 
     Construct environments through `agenthub.make`, which sets `spec` so a Ray worker can
     rebuild the same environment from JSON.
@@ -50,6 +50,12 @@ class Env(abc.ABC, Generic[ObsT]):
     They are given to the model's chat template (its `tools`) when the episode opens, so set
     them on the class, or in `reset` to offer different tools per task. The env reads the calls
     from the reply text itself; `agenthub.tools.ToolEnv` does all of it for Python functions."""
+    stop: Sequence[str] = ()
+    """Strings that end the model's reply as soon as it writes one, so the env can act on it:
+    `("</search>",)` for an env that runs the query its reply closes, ReAct's
+    `("Observation:",)`. The reply keeps every token as sampled: it ends with the token that
+    completed the string, string included. Read when the episode opens, like `tools`, and
+    added to the run's own stop strings (`agenthub eval --stop`, `rollout.stop`)."""
     _np_random: np.random.Generator | None = None
 
     @abc.abstractmethod

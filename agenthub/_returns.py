@@ -130,6 +130,22 @@ def checked_tools(env: Any) -> list[dict[str, Any]]:
     return out
 
 
+def checked_stop(env: Any) -> tuple[str, ...]:
+    """The env's `stop` strings as a tuple, else `EnvReturnError` saying what is wrong."""
+    stop = env.stop
+    if isinstance(stop, str | bytes) or not isinstance(stop, Sequence):
+        raise EnvReturnError(
+            f"{type(env).__name__}.stop must be a list of strings, got {_brief(stop)}; "
+            'write stop = ("</search>",) for one string'
+        )
+    for item in stop:
+        if not isinstance(item, str) or not item:
+            raise EnvReturnError(
+                f"{type(env).__name__}.stop holds {_brief(item)}; each must be a non-empty string"
+            )
+    return tuple(stop)
+
+
 def info_problem(where: str, info: Any) -> str | None:
     """Why `info` is not a dict, or None."""
     if not isinstance(info, Mapping):

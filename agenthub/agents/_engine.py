@@ -21,6 +21,8 @@ class SamplingParams:
     `max_tokens` bounds this one generation; the episode runner lowers it further to what the
     episode's token budget and the engine's context leave. `stop_token_ids` end the generation
     in addition to the model's end-of-sequence token; the stop token is part of the output.
+    `stop` strings end it after the token that completes one of them: the output keeps every
+    token as sampled, so the string and whatever else that last token holds are part of it.
     """
 
     max_tokens: int = 256
@@ -29,8 +31,11 @@ class SamplingParams:
     top_k: int = -1
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"stop must be a tuple of non-empty strings, got {self.stop!r}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.temperature < 0:

@@ -20,7 +20,9 @@ class FakeEngine(InferenceEngine):
     The reply is deterministic in the prompt, and so are the logprobs (a function of the token
     and its position), so tests can check that exactly these ids and logprobs reach the
     trajectory. A reply ending in one of `stop_token_ids` (or in the sampling's stop ids)
-    finishes with `stop`, otherwise with `length`. `requests` and `generations` keep every
+    finishes with `stop`, otherwise with `length`; so does one whose text (`decode`, which
+    the sampling's `stop` strings need) has come to hold a stop string, as in vLLM: the token
+    completing it is the last. `requests` and `generations` keep every
     prompt and result. `latency_s` is awaited once per request and
     `seconds_per_token` per generated token, to stand in for a real engine's cost.
     """
@@ -30,12 +32,14 @@ class FakeEngine(InferenceEngine):
         reply: Reply,
         *,
         stop_token_ids: Sequence[int] = (),
+        decode: Callable[[Sequence[int]], str] | None = None,
         max_model_len: int = 4096,
         latency_s: float = 0.0,
         seconds_per_token: float = 0.0,
     ) -> None:
         self._reply = reply
         self._stop = frozenset(stop_token_ids)
+        self._decode = decode
         self._max_model_len = max_model_len
         self.latency_s = latency_s
         self.seconds_per_token = seconds_per_token
@@ -59,14 +63,23 @@ class FakeEngine(InferenceEngine):
         version = self.policy_version
         limit = min(sampling.max_tokens, self._max_model_len - len(prompt))
         stops = self._stop | set(sampling.stop_token_ids)
+        if sampling.stop and self._decode is None:
+            raise ValueError("FakeEngine needs decode= to honour stop strings")
         out: list[int] = []
+        stopped = False
         for token in self._reply(prompt):
             if len(out) == limit:
                 break
             out.append(token)
             if token in stops:
+                stopped = True
                 break
-        finish: FinishReason = "stop" if out and out[-1] in stops else "length"
+            if sampling.stop and self._decode is not None:
+                text = self._decode(out)
+                if any(s in text for s in sampling.stop):
+                    stopped = True
+                    break
+        finish: FinishReason = "stop" if stopped else "length"
         delay = self.latency_s + self.seconds_per_token * len(out)
         if delay:
             await anyio.sleep(delay)

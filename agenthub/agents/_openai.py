@@ -98,6 +98,9 @@ class OpenAIEngine(InferenceEngine):
             body["seed"] = sampling.seed
         if sampling.stop_token_ids:
             body["stop_token_ids"] = list(sampling.stop_token_ids)
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+            body["include_stop_str_in_output"] = True
         choice = (await self._post("/completions", body))["choices"][0]
         return _parse_choice(choice, version, len(prompt_ids), self.base_url)
 

@@ -16,7 +16,13 @@ import anyio
 from agenthub._env import Env
 from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._registry import make
-from agenthub._returns import EnvReturnError, checked_tools, reset_problems, step_problems
+from agenthub._returns import (
+    EnvReturnError,
+    checked_stop,
+    checked_tools,
+    reset_problems,
+    step_problems,
+)
 from agenthub._spec import EnvSpec
 from agenthub._transcript import stepping
 from agenthub._types import Step, Task
@@ -55,6 +61,7 @@ class _Episode:
     truncated: bool = False
     turns: int = 0
     score: float | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.rewards: list[float] = []
@@ -87,6 +94,16 @@ def _untokenizable(what: str) -> Iterator[None]:
     except ChatTemplateError as exc:
         told = "its observation" if what == "step" else "the prompt, first observation or tools"
         raise _Failed("env_error", f"{what}: {told} cannot be tokenized: {exc}") from exc
+
+
+def _read(env: Env[Any], what: str, checked: Callable[[Env[Any]], T]) -> T:
+    """An attribute the runner reads from the env after `reset` (`tools`, `stop`), checked:
+    one that is wrong, or a property that raises, fails the episode."""
+    try:
+        return checked(env)
+    except Exception as exc:
+        detail = str(exc) if isinstance(exc, EnvReturnError) else f"{type(exc).__name__}: {exc}"
+        raise _Failed("env_error", f"{what}: {detail}") from exc
 
 
 def _derive_seed(base: int, task_id: str, sample: int, turn: int = -1) -> int:
@@ -224,11 +241,8 @@ class EpisodeRunner:
         reset = await self._env_call(state, "reset", lambda: env.reset(task, seed=seed))
         _check(reset_problems(reset))
         observation, _ = reset
-        try:
-            tools = checked_tools(env)
-        except Exception as exc:
-            detail = str(exc) if isinstance(exc, EnvReturnError) else f"{type(exc).__name__}: {exc}"
-            raise _Failed("env_error", f"tools: {detail}") from exc
+        tools = _read(env, "tools", checked_tools)
+        state.stop = _read(env, "stop", checked_stop)
         with _untokenizable("reset"):
             session = Session.start(
                 self.chat,
@@ -270,7 +284,10 @@ class EpisodeRunner:
     async def _generate(
         self, session: Session, task: Task, sample: int, state: _Episode, room: int
     ) -> Generation:
-        sampling = self._sampling.replace(max_tokens=min(self._sampling.max_tokens, room))
+        sampling = self._sampling.replace(
+            max_tokens=min(self._sampling.max_tokens, room),
+            stop=tuple(dict.fromkeys((*self._sampling.stop, *state.stop))),
+        )
         if sampling.seed is not None:
             sampling = sampling.replace(
                 seed=_derive_seed(sampling.seed, task.id, sample, state.turns)

@@ -262,8 +262,12 @@ class VLLMEngine(InferenceEngine):
             top_k=sampling.top_k if sampling.top_k > 0 else 0,
             seed=sampling.seed,
             stop_token_ids=list(sampling.stop_token_ids),
+            # Stop strings are matched on the text, so only they need it decoded; vLLM drops
+            # any token sampled after the one that completes the string.
+            stop=list(sampling.stop),
+            include_stop_str_in_output=True,
             logprobs=0,
-            detokenize=False,
+            detokenize=bool(sampling.stop),
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
         prompt: Any = {"prompt_token_ids": list(prompt_ids)}  # vLLM's TokensPrompt

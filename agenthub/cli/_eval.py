@@ -53,10 +53,11 @@ _IDENTITY = (
     "max_reply_tokens",
     "max_tokens",
     "max_turns",
+    "stop",
 )
 # What a run written before a key existed had (so it still resumes); a key neither there nor
 # here was not recorded and is not compared.
-_IDENTITY_DEFAULTS = {"chat_template": True}
+_IDENTITY_DEFAULTS: dict[str, Any] = {"chat_template": True, "stop": []}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +113,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-reply-tokens", type=int, default=512, metavar="R", help="tokens per reply"
     )
     parser.add_argument("--temperature", type=float, default=1.0, metavar="X")
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="end a reply once it writes TEXT, kept in the reply (repeat for several; the "
+        "env's own `stop` strings apply too)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--no-chat-template",
@@ -141,6 +150,7 @@ def eval_command(args: argparse.Namespace) -> int:
         "max_reply_tokens": args.max_reply_tokens,
         "max_tokens": args.max_tokens,
         "max_turns": args.max_turns,
+        "stop": args.stop,
     }
     _check_numbers(args)
     tasks = load_tasks(identity, args.n)
@@ -150,7 +160,10 @@ def eval_command(args: argparse.Namespace) -> int:
     total = len(tasks) * args.k
     config = RolloutConfig(
         sampling=SamplingParams(
-            max_tokens=args.max_reply_tokens, temperature=args.temperature, seed=args.seed
+            max_tokens=args.max_reply_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+            stop=tuple(args.stop),
         ),
         max_turns=args.max_turns,
         max_tokens=args.max_tokens,
@@ -200,6 +213,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise AgentHubError(f"{', '.join(wrong)}: each must be at least 1")
     if args.temperature < 0:
         raise AgentHubError(f"--temperature {args.temperature}: must be 0 (greedy) or more")
+    if "" in args.stop:
+        raise AgentHubError("--stop '': a stop string cannot be empty")
 
 
 def _model_identity(model: str | None) -> str:

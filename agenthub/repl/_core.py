@@ -309,7 +309,9 @@ class Repl:
             )
         stops = {*self.sampling.stop_token_ids, *self.chat.stop_token_ids}
         sampling = self.sampling.replace(
-            max_tokens=min(self.sampling.max_tokens, room), stop_token_ids=tuple(sorted(stops))
+            max_tokens=min(self.sampling.max_tokens, room),
+            stop_token_ids=tuple(sorted(stops)),
+            stop=tuple(dict.fromkeys((*self.sampling.stop, *episode.stop))),
         )
         show_settings(self.console, self.sampling)
         started = time.perf_counter()

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agenthub._env import Env
-from agenthub._returns import checked_reset, checked_step, checked_tools
+from agenthub._returns import checked_reset, checked_step, checked_stop, checked_tools
 from agenthub._transcript import stepping
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import (
@@ -75,6 +75,8 @@ class Episode:
     actions: list[Action] = field(default_factory=list)
     steps: list[Step[Any]] = field(default_factory=list)
     timings: Timings = field(default_factory=Timings)
+    stop: tuple[str, ...] = ()
+    """The env's stop strings, read after `reset`; a model's reply ends at them."""
     stuck: str | None = None
     """Why the episode cannot go on although the env took the last step (its answer could not
     be tokenized); `:undo` replays the episode without that step."""
@@ -97,13 +99,14 @@ class Episode:
             observation, info = checked_reset(await env.reset(task, seed=seed))
             took = time.perf_counter() - started
             tools = checked_tools(env)
+            stop = checked_stop(env)
             session = Session.start(
                 chat, task, observation, chat_template=chat_template, tools=tools
             )
         except BaseException:
             await env.aclose()
             raise
-        episode = cls(env_id, env, task, seed, session, observation, dict(info))
+        episode = cls(env_id, env, task, seed, session, observation, dict(info), stop=stop)
         episode.kinds = ["prompt"] * len(session)
         episode.timings.env_s += took
         return episode, took

@@ -51,10 +51,14 @@ class Replay:
                 end += 1
             end = min(end + 1, len(tokens))
         self._pos = end
+        ids = tuple(tokens[pos:end])
+        stopped = ids[-1] in self.chat.stop_token_ids or (
+            bool(episode.stop) and any(s in self.chat.decode(ids) for s in episode.stop)
+        )
         generation = Generation(
-            tuple(tokens[pos:end]),
+            ids,
             tuple(self.saved.logprobs[pos:end]),
-            "stop" if tokens[end - 1] in self.chat.stop_token_ids else "length",
+            "stop" if stopped else "length",
             self.saved.policy_versions[pos],
         )
         if mask[pos] == 1:

@@ -16,7 +16,13 @@ import numpy as np
 from agenthub._env import Env
 from agenthub._errors import CheckEnvError, NoTaskSourceError
 from agenthub._registry import make
-from agenthub._returns import checked_tools, plain_methods, reset_problems, step_problems
+from agenthub._returns import (
+    checked_stop,
+    checked_tools,
+    plain_methods,
+    reset_problems,
+    step_problems,
+)
 from agenthub._spec import EnvSpec
 from agenthub._types import Task
 
@@ -286,6 +292,7 @@ class _Checker:
             return None
         try:
             tools = checked_tools(self.env)
+            checked_stop(self.env)
         except Exception as exc:
             self.fail(f"after reset(task {task.id!r}): {type(exc).__name__}: {exc}")
             return None

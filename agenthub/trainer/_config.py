@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -54,6 +54,9 @@ class RolloutSettings(_Section):
     """Nucleus sampling of training episodes."""
     max_reply_tokens: int = Field(160, ge=1)
     """Tokens per model reply."""
+    stop: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    """Strings that end a reply once it writes one (kept in the reply), besides the env's own
+    `stop`; held-out evaluation uses them too."""
     max_turns: int | None = Field(None, ge=1)
     """Replies per episode; an episode still going after that is truncated. Unset, the env
     decides when its episodes end (within `max_tokens`)."""

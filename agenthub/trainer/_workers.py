@@ -147,6 +147,7 @@ class RolloutWorker:
                 max_tokens=cfg.rollout.max_reply_tokens,
                 temperature=cfg.rollout.temperature,
                 top_p=cfg.rollout.top_p,
+                stop=cfg.rollout.stop,
             ),
             max_turns=cfg.rollout.max_turns,
             max_tokens=cfg.rollout.max_tokens,

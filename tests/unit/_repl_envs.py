@@ -59,3 +59,9 @@ class ObservationOnlyResetEnv(GuessEnv):
         self, task: Task, *, seed: int | None = None
     ) -> list[Message]:
         return [Message(role="user", content="Your first guess?")]
+
+
+class StopAtEqualsEnv(GuessEnv):
+    """Guesses end where the model writes '='."""
+
+    stop = ("=",)

@@ -35,6 +35,19 @@ def test_contract_breaches_are_reported_with_a_fix(env: Env, message: str) -> No
         check_env(env)
 
 
+def test_stop_strings_that_are_not_a_list_of_strings_are_reported() -> None:
+    class OneString(_envs.CountdownEnv):
+        stop = "</search>"  # type: ignore[assignment]
+
+    with pytest.raises(CheckEnvError, match=r"OneString.stop must be a list of strings.*\("):
+        check_env(OneString())
+
+    class Listed(_envs.CountdownEnv):
+        stop = ("</search>",)
+
+    check_env(Listed())
+
+
 def test_env_without_tasks_needs_tasks_given() -> None:
     class NoTasks(_envs.CountdownEnv):
         def tasks(self, split: str = "train"):  # type: ignore[no-untyped-def]

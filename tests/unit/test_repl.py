@@ -175,6 +175,28 @@ async def test_gen_loads_the_model_once_and_records_sampled_tokens(chat: ChatTok
     assert h.engine.closed
 
 
+async def test_gen_ends_the_reply_at_the_env_s_stop_string_and_a_replay_says_so(
+    chat: ChatTokenizer, tmp_path: Path
+) -> None:
+    reply = [*chat.encode_text("1 = 9 or so"), chat.stop_token_ids[0]]
+    engine = FakeEngine(lambda prompt: reply, decode=chat.decode)
+
+    async def build() -> InferenceEngine:
+        return engine
+
+    h = Harness(chat, "tests.unit._repl_envs:StopAtEqualsEnv", engine_factory=build)
+    await h.repl.start()
+    await h.type(":gen")
+    [generation] = engine.generations
+    assert generation.finish_reason == "stop" and chat.decode(generation.token_ids) == "1 ="
+    assert [a.text for a in h.episode.actions] == ["1 ="]
+    file = tmp_path / "t.jsonl"
+    await h.type(f":save {file}", f":load {file}", "")
+    [replayed] = h.episode.actions
+    assert replayed.text == "1 =" and replayed.generation.finish_reason == "stop"
+    await h.repl.aclose()
+
+
 async def test_set_changes_and_shows_the_sampling(chat: ChatTokenizer) -> None:
     h = await started(chat, reply="1 2 3 4 5 6 7 8")
     out = await h.type(":set temperature 0.7", ":set max_tokens 2", ":set seed 3", ":set")

@@ -19,7 +19,11 @@ import pytest
 
 from agenthub.agents import ChatTokenizer, EngineError, OpenAIEngine, SamplingParams
 from agenthub.cli import main
-from tests.integration.agents.test_vllm_rollouts import recompute_logprobs
+from tests.integration.agents.test_vllm_rollouts import (
+    expected_stop,
+    pick_stop,
+    recompute_logprobs,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -99,6 +103,13 @@ def test_token_ids_in_token_ids_and_logprobs_out(server: str, default_model: Pat
             stopped = await engine.generate(
                 prompt, SamplingParams(max_tokens=4, seed=1, stop_token_ids=(stop,))
             )
+            # A stop string: the reply keeps the tokens sampled up to the one completing it.
+            long = SamplingParams(max_tokens=24, seed=5)
+            written = await engine.generate(prompt, long)
+            text = pick_stop(chat, written)
+            by_text = await engine.generate(prompt, long.replace(stop=(text,)))
+            assert by_text.finish_reason == "stop"
+            assert by_text.token_ids == expected_stop(chat, written, text) != written.token_ids
             return [free, stopped]
         finally:
             await engine.aclose()

@@ -101,3 +101,47 @@ def test_multi_turn_vllm_episodes_are_token_exact(tiny_model: Path) -> None:
         for i, m in enumerate(t.loss_mask):
             if m:
                 assert recomputed[i] == pytest.approx(t.logprobs[i], abs=1e-3), (t.task_id, i)
+
+
+def expected_stop(chat: ChatTokenizer, free: Generation, stop: str) -> tuple[int, ...]:
+    """The tokens a reply ended by `stop` keeps: those sampled up to the one completing it."""
+    return next(
+        free.token_ids[:i]
+        for i in range(1, len(free.token_ids) + 1)
+        if stop in chat.decode(free.token_ids[:i])
+    )
+
+
+def pick_stop(chat: ChatTokenizer, free: Generation) -> str:
+    """A few characters the free reply writes a few tokens in."""
+    text = chat.decode(free.token_ids[:6])
+    assert len(text.strip()) >= 3, f"the reply should have words in it: {text!r}"
+    return text.rstrip()[-3:]
+
+
+@pytest.mark.timeout(600)
+def test_a_stop_string_ends_a_vllm_reply_with_the_tokens_as_sampled() -> None:
+    from agenthub import Message
+    from agenthub.agents.default_model import ensure_default_model
+
+    model = ensure_default_model()
+    chat = ChatTokenizer.from_pretrained(model)
+    prompt = chat.encode_prompt([Message(role="user", content="What is 12 + 30?")])
+
+    async def ask() -> tuple[Generation, Generation, str]:
+        engine = VLLMEngine(model, max_num_seqs=2)
+        try:
+            sampling = SamplingParams(max_tokens=24, seed=5, temperature=1.0)
+            free = await engine.generate(prompt, sampling)
+            stop = pick_stop(chat, free)
+            stopped = await engine.generate(prompt, sampling.replace(stop=(stop,)))
+            return free, stopped, stop
+        finally:
+            await engine.aclose()
+
+    free, stopped, stop = asyncio.run(ask())
+    kept = expected_stop(chat, free, stop)
+    assert len(kept) < len(free.token_ids), "the stop string came before the reply's end"
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == kept
+    assert stopped.logprobs == pytest.approx(free.logprobs[: len(kept)], abs=1e-4)

@@ -23,6 +23,7 @@ class TrackedEnv(Env[list[Message]]):
     in_flight: ClassVar[int] = 0
     max_in_flight: ClassVar[int] = 0
     transcripts: ClassVar[list[Transcript | None]] = []
+    actions: ClassVar[list[str]] = []
 
     def __init__(self, **kwargs: Any) -> None:
         type(self).made += 1
@@ -36,6 +37,7 @@ class TrackedEnv(Env[list[Message]]):
         cls.live = set()
         cls.made = cls.in_flight = cls.max_in_flight = 0
         cls.transcripts = []
+        cls.actions = []
 
     async def reset(
         self, task: Task, *, seed: int | None = None
@@ -54,6 +56,7 @@ class TrackedEnv(Env[list[Message]]):
         try:
             self.turn += 1
             TrackedEnv.transcripts.append(transcript())
+            TrackedEnv.actions.append(action)
             await anyio.sleep(float(self.meta.get("step_delay_s", 0.0)))
             time.sleep(float(self.meta.get("step_block_s", 0.0)))  # noqa: ASYNC251 - on purpose
             if self.meta.get("fail_at") == self.turn:

@@ -263,6 +263,7 @@ def test_a_rerun_with_another_model_or_sampling_is_refused_and_n_narrows_the_sum
         (["--temperature", "0.5"], "temperature"),
         (["--model", str(tmp_path)], "model"),
         (["--max-reply-tokens", "8"], "max_reply_tokens"),
+        (["--stop", "</a>"], "stop"),
     ):
         assert main([*command, *changed]) == 1
         assert f"holds an eval run with different {key};" in capsys.readouterr().err
@@ -276,6 +277,7 @@ def test_a_rerun_with_another_model_or_sampling_is_refused_and_n_narrows_the_sum
         (["--max-reply-tokens", "0"], "--max-reply-tokens 0: each must be at least 1"),
         (["-k", "0", "--max-turns", "0"], "-k 0, --max-turns 0: each must be at least 1"),
         (["--temperature", "-1"], "--temperature -1.0: must be 0 (greedy) or more"),
+        (["--stop", "</a>", "--stop", ""], "--stop '': a stop string cannot be empty"),
     ],
 )
 def test_bad_numbers_are_refused_naming_the_flag(

@@ -392,6 +392,49 @@ async def test_an_env_sees_the_transcript_only_while_a_runner_steps_it(
     assert first.prompt_text().endswith("<|im_start|>assistant\n")
 
 
+async def test_an_env_s_stop_strings_end_the_reply_at_the_token_that_completes_one(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reply = [*chat.encode_text("look up <search>tides</search> then answer"), chat.closing_ids[0]]
+    engine = FakeEngine(lambda p: reply, stop_token_ids=chat.stop_token_ids, decode=chat.decode)
+    monkeypatch.setattr(TrackedEnv, "stop", ("</search>",))
+    [t] = await runner(engine, chat).collect([task(label=2)])
+    assert t.error is None and t.num_turns == 2
+    # Ended by the string: the tokens as sampled, up to the one that completes it.
+    cut = next(i for i in range(1, len(reply)) if "</search>" in chat.decode(reply[:i]))
+    assert [list(g.token_ids) for g in engine.generations] == [reply[:cut]] * 2
+    assert [g.finish_reason for g in engine.generations] == ["stop", "stop"]
+    assert TrackedEnv.actions == [chat.decode(reply[:cut])] * 2
+    assert TrackedEnv.actions[0].endswith("</search>")
+    assert [tr.finish_reason for tr in TrackedEnv.transcripts if tr] == ["stop", "stop"]
+    # The turn is closed by the template's closing tokens before the env's answer.
+    first_reply_end = t.loss_mask.index(1) + cut
+    assert t.tokens[first_reply_end] == chat.closing_ids[0]
+    assert [s for s, _ in model_spans(t)] == [reply[:cut]] * 2
+
+    # The run's own stop strings apply too, the first one written ending the reply.
+    engine.generations.clear()
+    both = runner(engine, chat, sampling=SamplingParams(stop=("tides",)))
+    [t] = await both.collect([task(label=1)])
+    assert chat.decode(engine.generations[0].token_ids).endswith("tides")
+
+
+async def test_an_env_whose_stop_is_not_a_list_of_strings_fails_its_episode(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(TrackedEnv, "stop", "</search>")
+    [t] = await runner(replying(chat), chat).collect([task()])
+    assert t.error is not None and t.error.cause == "env_error"
+    assert "stop: TrackedEnv.stop must be a list of strings, got '</search>'" in t.error.message
+
+
+def test_sampling_params_refuse_a_bare_or_empty_stop_string() -> None:
+    with pytest.raises(ValueError, match="stop must be a tuple of non-empty strings"):
+        SamplingParams(stop="</a>")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stop must be a tuple of non-empty strings"):
+        SamplingParams(stop=("",))
+
+
 async def test_a_tool_env_does_not_score_a_reply_cut_off_by_the_token_limit(
     tool_chat: ChatTokenizer,
 ) -> None:

@@ -44,6 +44,7 @@ def test_toml_files_then_overrides_win_in_order(tmp_path: Path) -> None:
             "env_kwargs.num_tasks=10",
             "ray.address=auto",
             "rollout.chat_template=false",
+            'rollout.stop=["</search>", "</answer>"]',
         ],
     )
     assert config.env == "math"
@@ -51,6 +52,7 @@ def test_toml_files_then_overrides_win_in_order(tmp_path: Path) -> None:
     assert config.learner.zero_stage == 3  # kept from the first file
     assert config.rollout.max_turns == 4
     assert config.rollout.chat_template is False
+    assert config.rollout.stop == ("</search>", "</answer>")
     assert config.env_kwargs == {"num_tasks": 10}
     assert config.ray.address == "auto"  # not JSON: taken as a string
     assert config.rollout.temperature == 1.0  # untouched defaults stay
@@ -74,6 +76,7 @@ def test_resolved_config_round_trips_as_the_base_of_a_resumed_run() -> None:
         (["env=math", "env.x=1"], "env is a value, not a section"),
         (["env=math", "algorithm.filter_low=0.9", "algorithm.filter_high=0.1"], "filter_low"),
         (["env=math", "learner.critic.lr=1e-4"], "trained only with algorithm.estimator=gae"),
+        (["env=math", 'rollout.stop=[""]'], "rollout.stop.0: String should have at least 1"),
     ],
 )
 def test_bad_config_says_which_field_and_why(overrides: list[str], message: str) -> None:
