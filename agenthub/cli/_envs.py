@@ -111,6 +111,8 @@ def show_command(args: argparse.Namespace) -> int:
         for f in getattr(factory, "functions", ())
         if callable(f)
     ]
+    stop = getattr(factory, "stop", ())
+    stop = list(stop) if isinstance(stop, list | tuple) else []
     try:
         source = inspect.getsourcefile(factory)
     except TypeError:
@@ -127,6 +129,7 @@ def show_command(args: argparse.Namespace) -> int:
                     "arguments": arguments,
                     "takes_any_argument": takes_any,
                     "tools": tools,
+                    "stop": stop,
                 },
                 default=repr,
             )
@@ -156,6 +159,9 @@ def show_command(args: argparse.Namespace) -> int:
         console.print("It takes no arguments.")
     if takes_any:
         console.print("It also takes arguments not listed here (**kwargs).")
+    if stop:
+        console.print()
+        console.print(f"A reply ends where it writes: {escape(json.dumps(stop))}", highlight=False)
     if tools:
         console.print()
         console.print("Tools the model may call:")

@@ -103,6 +103,11 @@ def test_envs_show_gives_registered_defaults_argument_docs_and_tools(
     assert re.search(r"add\s+Add two integers\.", out)
     assert "divide    Divide a by b." in out
 
+    assert main(["envs", "show", "tests.unit._repl_envs:StopAtEqualsEnv", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stop"] == ["="]
+    assert main(["envs", "show", "tests.unit._repl_envs:StopAtEqualsEnv"]) == 0
+    assert 'A reply ends where it writes: ["="]' in capsys.readouterr().out
+
 
 def test_a_wrong_env_argument_points_at_envs_show(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(AgentHubError, match=r"`agenthub envs show math` describes them"):
