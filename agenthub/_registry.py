@@ -27,7 +27,7 @@ from agenthub._errors import (
     EnvNotFoundError,
     PluginLoadError,
 )
-from agenthub._returns import plain_methods
+from agenthub._returns import plain_methods, raised_at
 from agenthub._spec import EnvSpec
 
 _ANY_TYPES = ConfigDict(arbitrary_types_allowed=True)
@@ -158,8 +158,7 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     """
     base = id if isinstance(id, EnvSpec) else spec(id)
     factory = load_entry_point(base)
-    arguments = {**base.kwargs, **kwargs}
-    _check_argument_types(base, factory, arguments)
+    arguments = _check_argument_types(base, factory, {**base.kwargs, **kwargs})
     try:
         env = factory(**arguments)
     except AgentHubError:
@@ -190,20 +189,18 @@ def _raised_in(exc: BaseException) -> str:
     """Where in the env's own code `exc` was raised, if it was (not by the call itself, as for
     an unknown keyword): a bug in a constructor then points at its line instead of reading as
     a wrong argument."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if len(frames) < 2:
-        return ""
-    last = frames[-1]
-    return f" (raised at {last.filename}:{last.lineno}, in {last.name})"
+    return raised_at(exc) if len(traceback.extract_tb(exc.__traceback__)) > 1 else ""
 
 
 def _check_argument_types(
     spec: EnvSpec, factory: Callable[..., Any], arguments: dict[str, Any]
-) -> None:
+) -> dict[str, Any]:
     """Arguments against the constructor's annotations, so `max_attempts=abc` from a command
     line is named as the wrong argument instead of failing deep inside the env ("'<' not
     supported between instances of 'str' and 'int'"). Lax, as pydantic coerces: only what
-    cannot be the annotated type is refused."""
+    cannot be the annotated type is refused, and a number or text taken as another (`"20"`
+    or `1e2` for an `int`) is passed on converted. Returns the arguments to build with."""
+    checked = dict(arguments)
     if (accepted := _parameters(factory)) is not None:
         for name in arguments:
             if name not in accepted:
@@ -220,7 +217,7 @@ def _check_argument_types(
         if adapter is None:
             continue
         try:
-            adapter.validate_python(value)
+            converted = adapter.validate_python(value)
         except ValidationError as exc:
             hint = adapter._type
             expected = hint.__name__ if isinstance(hint, type) else str(hint)
@@ -228,6 +225,10 @@ def _check_argument_types(
                 f"{_describe(spec)}: argument {name}={value!r} must be {expected}: "
                 f"{exc.errors()[0]['msg'].lower()}"
             ) from exc
+        scalars = str | int | float | bool
+        if isinstance(value, scalars) and isinstance(converted, scalars):
+            checked[name] = converted
+    return checked
 
 
 @cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,13 +25,31 @@ def plain_methods(env: Any) -> list[str]:
     """The methods agenthub awaits that `env` (or the env its wrappers hold) defines without
     `async`: awaiting one fails with a TypeError that does not say what to change."""
     inner = env.unwrapped
-    return [
+    layers = [env] if inner is env else [env, inner]
+    problems = [
         f"{type(layer).__name__}.{name} must be `{signature}`, not def: agenthub awaits it on "
         "an event loop that many episodes share"
-        for layer in ([env] if inner is env else [env, inner])
+        for layer in layers
         for name, signature in _AWAITED.items()
         if not inspect.iscoroutinefunction(getattr(layer, name))
     ]
+    problems += [
+        f"{type(layer).__name__}.tasks must be a plain `def tasks(self, split)` that returns or "
+        "yields Tasks, not async: it is read outside any event loop"
+        for layer in layers
+        if inspect.iscoroutinefunction(layer.tasks) or inspect.isasyncgenfunction(layer.tasks)
+    ]
+    return problems
+
+
+def raised_at(exc: BaseException) -> str:
+    """` (raised at FILE:LINE, in FUNCTION)`: the innermost Python frame `exc` went through,
+    for a one-line report of an env's failure that points at the line to look at."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (raised at {last.filename}:{last.lineno}, in {last.name})"
 
 
 class EnvReturnError(TypeError):

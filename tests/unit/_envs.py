@@ -190,3 +190,10 @@ class BuggyInit(Env[str]):
 
     async def step(self, action: str) -> Step[str]:
         return Step("", 0.0, terminated=True)
+
+
+class AsyncTasksEnv(CountdownEnv):
+    """Its tasks come from an async generator, which nothing outside an event loop can read."""
+
+    async def tasks(self, split: str = "train"):  # type: ignore[no-untyped-def,override]
+        yield Task(id="0", prompt="Count down with me.", label=2)

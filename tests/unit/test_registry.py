@@ -130,7 +130,12 @@ def test_an_argument_of_the_wrong_type_is_named_before_the_env_is_built() -> Non
     register("countdown", "tests.unit._envs:CountdownEnv")
     with pytest.raises(EnvArgumentsError, match=r"argument delay_s='abc' must be float: input"):
         make("countdown", delay_s="abc")  # as `agenthub eval ... delay_s=abc` passes it
-    assert make("countdown", delay_s=1).delay_s == 1  # what pydantic would take, passes as is
+    # What pydantic would take is passed on as the annotated type: `"20"` or `1e2` for an int.
+    made = make("countdown", delay_s="0.5")
+    assert made.delay_s == 0.5 and made.spec is not None and made.spec.kwargs["delay_s"] == "0.5"
+    assert type(make("countdown", delay_s=1).delay_s) is float
+    scaffolded = make("math", num_tasks=1e2, max_attempts="2")
+    assert (scaffolded._num_tasks, scaffolded._max_attempts) == (100, 2)  # type: ignore[attr-defined]
     sandbox = make("code_exec", backend="unisolated").sandbox  # type: ignore[attr-defined]
     assert make("code_exec", sandbox=sandbox).spec is None  # a non-JSON type of its own
     with pytest.raises(EnvArgumentsError, match="argument sandbox='box' must be"):
@@ -182,3 +187,9 @@ def test_an_id_two_packages_declare_fails_only_when_asked_for(
         make("clash")
     with pytest.raises(PluginLoadError, match=r"\((mine, theirs|theirs, mine)\).*uninstall one"):
         spec("clash")
+
+
+def test_an_async_tasks_method_is_refused_when_the_env_is_made() -> None:
+    register("async-tasks", "tests.unit._envs:AsyncTasksEnv")
+    with pytest.raises(PluginLoadError, match=r"AsyncTasksEnv.tasks must be a plain `def tasks"):
+        make("async-tasks")
