@@ -20,6 +20,7 @@ from agenthub._returns import (
     EnvReturnError,
     checked_stop,
     checked_tools,
+    raised_at,
     reset_problems,
     step_problems,
 )
@@ -319,7 +320,9 @@ class EpisodeRunner:
         except (Exception, SystemExit) as exc:
             # The env is user code: its failure (even a sys.exit deep in some library it calls)
             # is data about this episode, not the end of the run.
-            raise _Failed("env_error", f"{what}: {type(exc).__name__}: {exc}") from exc
+            raise _Failed(
+                "env_error", f"{what}: {type(exc).__name__}: {exc}{raised_at(exc)}"
+            ) from exc
         finally:
             state.timings.env_s += time.perf_counter() - started
 

@@ -20,6 +20,7 @@ from agenthub._returns import (
     checked_stop,
     checked_tools,
     plain_methods,
+    raised_at,
     reset_problems,
     step_problems,
 )
@@ -255,7 +256,7 @@ class _Checker:
         except TimeoutError:
             self.fail(f"{what} did not return within {self.timeout_s:g} s")
         except Exception as exc:
-            self.fail(f"{what} raised {type(exc).__name__}: {exc}")
+            self.fail(f"{what} raised {type(exc).__name__}: {exc}{raised_at(exc)}")
         return False, None
 
     @asynccontextmanager

@@ -116,7 +116,11 @@ async def test_env_failures_are_typed_errors_and_siblings_finish(chat: ChatToken
     out = await runner(replying(chat), chat, timeouts=timeouts).collect(tasks)
     by_id = {t.task_id: t for t in out}
     assert by_id["task-0"].error is not None and by_id["task-0"].error.cause == "env_error"
-    assert "broken at turn 2" in by_id["task-0"].error.message
+    assert "broken at turn 2 (raised at " in by_id["task-0"].error.message
+    assert (
+        "_envs.py:" in by_id["task-0"].error.message
+        and ", in step)" in by_id["task-0"].error.message
+    )
     assert by_id["task-0"].num_turns == 2 and not by_id["task-0"].terminated
     assert by_id["task-1"].error is not None and by_id["task-1"].error.cause == "env_timeout"
     assert by_id["task-2"].error is not None and by_id["task-2"].error.cause == "score_error"
@@ -336,7 +340,7 @@ async def test_an_env_calling_sys_exit_fails_only_its_episode(chat: ChatTokenize
     by_id = {t.task_id: t for t in out}
     error = by_id["task-0"].error
     assert error is not None and error.cause == "env_error"
-    assert error.message == "step: SystemExit: sys.exit at turn 1"
+    assert error.message.startswith("step: SystemExit: sys.exit at turn 1 (raised at ")
     assert by_id["task-1"].error is None and by_id["task-1"].terminated
 
 
