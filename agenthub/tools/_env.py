@@ -77,13 +77,29 @@ class ToolEnv(Env[list[Message]], abc.ABC):
         self.task: Task | None = None
         self.turns = 0
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        score = cls.__dict__.get("score")
+        if score is not None and not inspect.iscoroutinefunction(score):
+            raise TypeError(
+                f"{cls.__name__}.score must be `async def score(self, task, answer)`, not def: "
+                "the episode awaits it"
+            )
+
     @abc.abstractmethod
     async def score(self, task: Task, answer: str) -> float:
-        """The reward for `answer`, the reply that called no tool."""
+        """The reward for `answer`, the reply that called no tool: a number (a bool or a
+        numpy scalar is taken as one)."""
 
     async def reset(
         self, task: Task, *, seed: int | None = None
     ) -> tuple[list[Message], dict[str, Any]]:
+        if "_by_name" not in self.__dict__:
+            raise RuntimeError(
+                f"{type(self).__name__}.__init__ does not call super().__init__(), where "
+                "ToolEnv turns `functions` into the tools the model sees; call it (it takes "
+                "functions= and max_turns=)"
+            )
         self.reseed(seed)
         self.task, self.turns = task, 0
         return [], {}
@@ -97,7 +113,7 @@ class ToolEnv(Env[list[Message]], abc.ABC):
             if seen is not None and seen.finish_reason == "length":
                 # Cut off by the token limit: an unfinished reply, not an answer to score.
                 return Step([], 0.0, truncated=True, info={"cut_off": True})
-            return Step([], await self.score(self.task, action), terminated=True)
+            return Step([], self._reward(await self.score(self.task, action)), terminated=True)
         self.turns += 1
         results = [
             Message(
@@ -109,6 +125,16 @@ class ToolEnv(Env[list[Message]], abc.ABC):
             for call in calls
         ]
         return Step(results, 0.0, truncated=self.turns >= self.max_turns)
+
+    def _reward(self, value: Any) -> float:
+        if isinstance(value, bool | int | float) or (
+            hasattr(value, "item") and getattr(value, "size", 1) == 1
+        ):
+            return float(value)
+        raise TypeError(
+            f"{type(self).__name__}.score returned {type(value).__name__} {value!r:.60}; it "
+            "must return a number, the episode's reward"
+        )
 
     async def call(self, call: ToolCall) -> str:
         """Run one call and return what the model is told: the result as text (JSON unless

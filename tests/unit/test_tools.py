@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
+import anyio
 import numpy as np
 import pytest
 from pydantic import BaseModel, Field
@@ -400,3 +401,56 @@ def test_schemas_are_built_once_per_function_and_handed_out_as_copies() -> None:
     # A bound method works too, and its object is not kept alive by a cache.
     assert function_schema(Store().look)["function"]["parameters"]["required"] == ["key"]
     assert arguments_model(Store().look) is not arguments_model(Store().look)
+
+
+def test_a_subclass_that_skips_tool_env_init_is_told_to_call_it() -> None:
+    class OwnInit(ToolEnv):
+        functions = (add,)
+
+        def __init__(self, k: int = 1) -> None:
+            self.k = k
+
+        async def score(self, task: Task, answer: str) -> float:
+            return 0.0
+
+    with pytest.raises(RuntimeError, match=r"OwnInit.__init__ does not call super\(\).__init__"):
+        anyio.run(OwnInit().reset, Task(id="t", prompt="?"))
+    with pytest.raises(CheckEnvError, match="does not call super"):
+        check_env(OwnInit(), tasks=[Task(id="t", prompt="?")])
+
+
+def test_a_plain_def_score_is_refused_when_the_class_is_defined() -> None:
+    with pytest.raises(
+        TypeError, match=r"Sync.score must be `async def score\(self, task, answer\)`"
+    ):
+
+        class Sync(ToolEnv):
+            def score(self, task: Task, answer: str) -> float:  # type: ignore[override]
+                return 1.0
+
+
+@pytest.mark.parametrize(
+    ("returned", "reward"), [(True, 1.0), (False, 0.0), (np.float32(0.5), 0.5), (2, 2.0)]
+)
+async def test_score_may_return_a_bool_or_numpy_number(returned: object, reward: float) -> None:
+    class Scored(Calculator):
+        async def score(self, task: Task, answer: str) -> float:
+            return returned  # type: ignore[return-value]
+
+    env = Scored()
+    await env.reset(Task(id="t", prompt="?", label=5))
+    step = await env.step("5")
+    assert step.reward == reward and type(step.reward) is float
+
+
+async def test_a_score_that_is_no_number_is_named() -> None:
+    class Worded(Calculator):
+        async def score(self, task: Task, answer: str) -> float:
+            return "right"  # type: ignore[return-value]
+
+    env = Worded()
+    await env.reset(Task(id="t", prompt="?", label=5))
+    with pytest.raises(
+        TypeError, match="Worded.score returned str 'right'; it must return a number"
+    ):
+        await env.step("5")
