@@ -71,10 +71,13 @@ class Env(abc.ABC, Generic[ObsT]):
     async def step(self, action: str) -> Step[ObsT]:
         """Apply the model's reply and return the environment's answer.
 
-        Set `terminated` when the episode ends by its own logic and `truncated` when a budget
-        ends it. Calling `step` after the episode ended, or before `reset`, is a usage error.
-        While a run steps the env, `agenthub.transcript()` gives the episode as the model saw
-        it: every token so far, the templated prompt and why the reply ended.
+        An answer of chat messages opens a new turn through the chat template (a user message
+        for feedback, `tool` messages for tool results); an answer of text is appended as is,
+        with no role or turn markers, for text-only envs or for what the model's own turn
+        goes on from. Set `terminated` when the episode ends by its own logic and `truncated`
+        when a budget ends it. Calling `step` after the episode ended, or before `reset`, is a
+        usage error. While a run steps the env, `agenthub.transcript()` gives the episode as
+        the model saw it: every token so far, the templated prompt and why the reply ended.
         """
 
     async def aclose(self) -> None:

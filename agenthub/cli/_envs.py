@@ -25,14 +25,14 @@ from agenthub._registry import list_envs, load_entry_point, make, spec
 
 
 def describe(env_id: str) -> tuple[str, bool]:
-    """The first line of the env's docstring, or why it cannot load (an id that several
+    """The first paragraph of the env's docstring, or why it cannot load (an id that several
     packages declare among them); and whether it loaded."""
     try:
         target = load_entry_point(spec(env_id))
     except PluginLoadError as exc:
         return str(exc), False
-    doc = (target.__doc__ or "").strip()
-    return (doc.splitlines()[0] if doc else ""), True
+    paragraph = (inspect.getdoc(target) or "").split("\n\n")[0]
+    return " ".join(paragraph.split()), True
 
 
 def list_command(args: argparse.Namespace) -> int:

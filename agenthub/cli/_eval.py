@@ -175,6 +175,13 @@ def eval_command(args: argparse.Namespace) -> int:
     if work:
         left = sum(len(samples) for _, samples in work)
         anyio.run(_run, args, identity, config, work, out, total - left, total)
+    else:
+        print(
+            f"agenthub: all {total} episodes are already in {out}, from an earlier run with "
+            "these settings; nothing was run. To play them again (after changing the env, "
+            "say), delete that directory or pass another --out.",
+            file=sys.stderr,
+        )
     # The directory may hold more tasks than this run asked for (an earlier, larger -n).
     wanted = {t.id for t in tasks}
     trajectories = [t for t in read_trajectories(out / TRAJECTORIES) if t.task_id in wanted]

@@ -342,6 +342,17 @@ def test_scaffold_with_tools_writes_a_tool_env_whose_tests_pass(tmp_path: Path) 
     assert "2 passed, 1 deselected" in result.stdout
 
 
+def test_envs_list_gives_the_whole_first_paragraph_of_a_docstring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agenthub.cli._envs import describe
+
+    scaffold("wrapped-doc", tmp_path / "pkg", tools=True)
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg" / "src"))
+    text, ok = describe("wrapped_doc.env:WrappedDocEnv")
+    assert ok and text.endswith(".") and "\n" not in text and "  " not in text
+
+
 @pytest.mark.parametrize("name", ["My Game", "1st", "a--b", "", "x/y"])
 def test_scaffold_rejects_bad_names(
     tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]

@@ -269,6 +269,8 @@ def test_a_rerun_with_another_model_or_sampling_is_refused_and_n_narrows_the_sum
         assert f"holds an eval run with different {key};" in capsys.readouterr().err
     assert main([*command, "-n", "1"]) == 0
     assert json.loads((out / "summary.json").read_text())["episodes"] == 1
+    # Nothing left to play is said, not passed off as a new run's result.
+    assert "all 1 episodes are already in" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
