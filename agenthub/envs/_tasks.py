@@ -65,12 +65,13 @@ def read_jsonl_tasks(
     for where, default_id, record in read_jsonl_records(path):
         if input_key not in record:
             raise TaskFileError(
-                f"{where} has no {input_key!r} field (it has {sorted(record)}). Name the "
-                "prompt's field with the env argument input_key=FIELD (and the label's with "
-                "label_key=FIELD; in `agenthub train`, env_kwargs.input_key=FIELD), as for "
-                'OpenRLHF\'s --input_key, or write one {"prompt": ..., "label": ...} object per '
-                "line; a dataset in a built-in env's own format (GSM8K, MATH, MBPP, HumanEval) "
-                "goes in its dataset=FILE or eval_dataset=FILE argument instead"
+                f"{where} has no {input_key!r} field (it has {sorted(record)}). Write one "
+                '{"prompt": ..., "label": ...} object per line, or, with an env that takes '
+                "them (reward_func, judge, openrlhf_agent), name the prompt's field with the env "
+                "argument input_key=FIELD and the label's with label_key=FIELD (in `agenthub "
+                "train`, env_kwargs.input_key=FIELD), as OpenRLHF's --input_key does; a "
+                "dataset in a built-in env's own format (GSM8K, MATH, MBPP, HumanEval) goes in "
+                "its dataset=FILE or eval_dataset=FILE argument instead"
             )
         prompt = record.pop(input_key)
         label = record.pop(label_key, None) if label_key else None

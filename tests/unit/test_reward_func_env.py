@@ -162,8 +162,12 @@ def test_bad_task_files_say_where(tmp_path: Path) -> None:
     env = make("reward_func", reward_func=lambda q, p, l: [0.0], dataset=str(path))
     with pytest.raises(
         ValueError, match=r"t.jsonl:1 has no 'prompt' field \(it has \['question'\]\)"
-    ):
+    ) as caught:
         list(env.tasks())
+    # The fix for any env first; the field-naming arguments only where the env takes them.
+    assert 'Write one {"prompt": ..., "label": ...} object per line, or, with an env that ' in str(
+        caught.value
+    )
 
 
 def test_sync_scoring_runs_off_the_event_loop() -> None:
