@@ -10,7 +10,6 @@ import contextlib
 import difflib
 import importlib
 import inspect
-import traceback
 import typing
 from collections.abc import Callable
 from functools import cache
@@ -189,7 +188,7 @@ def _raised_in(exc: BaseException) -> str:
     """Where in the env's own code `exc` was raised, if it was (not by the call itself, as for
     an unknown keyword): a bug in a constructor then points at its line instead of reading as
     a wrong argument."""
-    return raised_at(exc) if len(traceback.extract_tb(exc.__traceback__)) > 1 else ""
+    return raised_at(exc) if exc.__traceback__ and exc.__traceback__.tb_next else ""
 
 
 def _check_argument_types(

@@ -49,6 +49,11 @@ class SamplingParams:
 
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
+    def with_stop(self, strings: Sequence[str]) -> SamplingParams:
+        """A copy that also stops at `strings` (an env's own), each string once, in order."""
+        merged = tuple(dict.fromkeys((*self.stop, *strings)))
+        return self if merged == self.stop else self.replace(stop=merged)
+
 
 @dataclass(frozen=True, slots=True)
 class Generation:

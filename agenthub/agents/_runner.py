@@ -285,10 +285,8 @@ class EpisodeRunner:
     async def _generate(
         self, session: Session, task: Task, sample: int, state: _Episode, room: int
     ) -> Generation:
-        sampling = self._sampling.replace(
-            max_tokens=min(self._sampling.max_tokens, room),
-            stop=tuple(dict.fromkeys((*self._sampling.stop, *state.stop))),
-        )
+        sampling = self._sampling.with_stop(state.stop)
+        sampling = sampling.replace(max_tokens=min(sampling.max_tokens, room))
         if sampling.seed is not None:
             sampling = sampling.replace(
                 seed=_derive_seed(sampling.seed, task.id, sample, state.turns)

@@ -31,8 +31,12 @@ def describe(env_id: str) -> tuple[str, bool]:
         target = load_entry_point(spec(env_id))
     except PluginLoadError as exc:
         return str(exc), False
-    paragraph = (inspect.getdoc(target) or "").split("\n\n")[0]
-    return " ".join(paragraph.split()), True
+    return _summary(target), True
+
+
+def _summary(target: Any) -> str:
+    """The first paragraph of `target`'s docstring, on one line."""
+    return " ".join((inspect.getdoc(target) or "").split("\n\n")[0].split())
 
 
 def list_command(args: argparse.Namespace) -> int:
@@ -107,7 +111,7 @@ def show_command(args: argparse.Namespace) -> int:
     factory = load_entry_point(env_spec)
     arguments, takes_any = env_arguments(factory, env_spec.kwargs)
     tools = [
-        {"name": f.__name__, "description": (inspect.getdoc(f) or "").split("\n\n")[0]}
+        {"name": f.__name__, "description": _summary(f)}
         for f in getattr(factory, "functions", ())
         if callable(f)
     ]

@@ -308,10 +308,8 @@ class Repl:
                 f"the episode fills the model's context ({engine.max_model_len} tokens)"
             )
         stops = {*self.sampling.stop_token_ids, *self.chat.stop_token_ids}
-        sampling = self.sampling.replace(
-            max_tokens=min(self.sampling.max_tokens, room),
-            stop_token_ids=tuple(sorted(stops)),
-            stop=tuple(dict.fromkeys((*self.sampling.stop, *episode.stop))),
+        sampling = self.sampling.with_stop(episode.stop).replace(
+            max_tokens=min(self.sampling.max_tokens, room), stop_token_ids=tuple(sorted(stops))
         )
         show_settings(self.console, self.sampling)
         started = time.perf_counter()

@@ -109,7 +109,7 @@ def test_envs_show_gives_registered_defaults_argument_docs_and_tools(
     assert 'A reply ends where it writes: ["="]' in capsys.readouterr().out
 
 
-def test_a_wrong_env_argument_points_at_envs_show(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_wrong_env_argument_points_at_envs_show() -> None:
     with pytest.raises(AgentHubError, match=r"`agenthub envs show math` describes them"):
         make("math", max_attempt=2)
 

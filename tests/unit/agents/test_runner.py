@@ -437,6 +437,9 @@ def test_sampling_params_refuse_a_bare_or_empty_stop_string() -> None:
         SamplingParams(stop="</a>")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stop must be a tuple of non-empty strings"):
         SamplingParams(stop=("",))
+    run = SamplingParams(stop=("</a>",))
+    assert run.with_stop(("</b>", "</a>")).stop == ("</a>", "</b>")
+    assert run.with_stop(()) is run and run.with_stop(["</a>"]) is run
 
 
 async def test_a_tool_env_does_not_score_a_reply_cut_off_by_the_token_limit(
