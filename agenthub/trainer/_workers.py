@@ -255,7 +255,7 @@ class LearnerWorker:
         self.learner = Learner(model_path, cfg.learner)
 
     def step(self, batch: Any) -> dict[str, float]:
-        return self.learner.step(batch.to(self.learner.engine.device))
+        return self.learner.step(batch)
 
     def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> None:
         """Open the weight-transfer group with the rollout workers' engines."""

@@ -62,7 +62,10 @@ def response_logprobs(learner: Learner | None, model_path: Path, b: TrainBatch) 
 
 @pytest.mark.parametrize("zero_stage", [0, 3])
 def test_steps_raise_good_and_lower_bad_sequences(tiny_model: Path, zero_stage: int) -> None:
-    learner = Learner(tiny_model, LearnerConfig(zero_stage=zero_stage, lr=1e-2, micro_batch_size=1))
+    # At 1e-2 this two-layer model's logprobs swing back and forth from the fourth step on (in
+    # fp32 too), and bf16 (the default on a GPU) shifts the swing by a step: 3e-3 climbs steadily.
+    config = LearnerConfig(zero_stage=zero_stage, lr=3e-3, micro_batch_size=1)
+    learner = Learner(tiny_model, config)
     before = batch(learner, tiny_model, [1.0, -1.0])
     for _ in range(4):
         metrics = learner.step(batch(learner, tiny_model, [1.0, -1.0]))
@@ -73,6 +76,37 @@ def test_steps_raise_good_and_lower_bad_sequences(tiny_model: Path, zero_stage: 
     assert {"loss", "clip_fraction", "is_clipped", "is_masked", "grad_norm"} <= set(metrics)
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     assert learner.steps == 4
+
+
+def test_bf16_is_used_where_the_hardware_computes_it_and_fp32_elsewhere(tiny_model: Path) -> None:
+    learner = Learner(tiny_model, LearnerConfig(zero_stage=0))
+    on_gpu = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    expected = torch.bfloat16 if on_gpu else torch.float32
+    assert {p.dtype for p in learner.engine.module.parameters()} == {expected}
+    assert learner.engine.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.parametrize("zero_stage", [0, 3])
+def test_a_bf16_step_is_the_fp32_step_to_bf16_precision(tiny_model: Path, zero_stage: int) -> None:
+    def learner(bf16: bool) -> Learner:
+        config = LearnerConfig(zero_stage=zero_stage, bf16=bf16, lr=3e-3, micro_batch_size=1)
+        return Learner(tiny_model, config)
+
+    half, full = learner(True), learner(False)
+    start = full.state_dict()
+    b = batch(None, tiny_model, [1.0, -1.0])
+    half.step(b)
+    full.step(b)
+    weights = half.state_dict()
+    assert {w.dtype for w in weights.values()} == {torch.bfloat16}, "engines get bf16 weights"
+    moved = torch.cat([(weights[k].float() - start[k]).flatten() for k in start])
+    expected = torch.cat([(full.state_dict()[k] - start[k]).flatten() for k in start])
+    assert torch.nn.functional.cosine_similarity(moved, expected, dim=0) > 0.95
+    for _ in range(3):
+        half.step(batch(half, tiny_model, [1.0, -1.0]))
+    after = response_logprobs(half, tiny_model, b)
+    assert float((after[0] - b.rollout_logprobs[0]).sum()) > 0.5
+    assert float((after[1] - b.rollout_logprobs[1]).sum()) < -0.5
 
 
 def test_a_learner_in_this_process_leaves_no_port_for_children_to_inherit(
@@ -110,7 +144,8 @@ def test_a_fresh_learner_compiles_no_ops(tiny_model: Path, tmp_path: Path) -> No
 def test_zero_stages_take_the_same_first_step(tiny_model: Path) -> None:
     results = []
     for stage in (0, 2, 3):
-        learner = Learner(tiny_model, LearnerConfig(zero_stage=stage, lr=1e-3, micro_batch_size=2))
+        config = LearnerConfig(zero_stage=stage, bf16=False, lr=1e-3, micro_batch_size=2)
+        learner = Learner(tiny_model, config)
         metrics = learner.step(batch(None, tiny_model, [1.0, -1.0]))
         results.append((metrics["loss"], learner.state_dict()))
     (loss0, sd0), *others = results
@@ -127,7 +162,11 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(tiny_model: Path) -
         learner = Learner(
             tiny_model,
             LearnerConfig(
-                zero_stage=0, lr=1e-3, micro_batch_size=micro, aggregation="seq-mean-token-mean"
+                zero_stage=0,
+                bf16=False,
+                lr=1e-3,
+                micro_batch_size=micro,
+                aggregation="seq-mean-token-mean",
             ),
         )
         learner.step(batch(None, tiny_model, [1.0, -0.5]))
@@ -194,14 +233,20 @@ def test_kl_as_reward_penalty_is_a_per_token_advantage(tiny_model: Path) -> None
     b = batch(None, tiny_model, [0.5, -0.5])
     penalised = Learner(
         tiny_model,
-        LearnerConfig(zero_stage=0, lr=1e-2, micro_batch_size=2, kl_coef=0.5, kl_mode="reward"),
+        LearnerConfig(
+            zero_stage=0, bf16=False, lr=1e-2, micro_batch_size=2, kl_coef=0.5, kl_mode="reward"
+        ),
     )
     penalised.engine.module.load_state_dict(moved)
     metrics = penalised.step(b)
 
-    # The same step by hand: advantages lowered per token by 0.5 * KL(moved || reference).
-    reference = AutoModelForCausalLM.from_pretrained(tiny_model)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    # The same step by hand: advantages lowered per token by 0.5 * KL(moved || reference),
+    # computed on the learner's device (a CPU sum differs in its last bits from a GPU one,
+    # which flips Adam's first update of a weight whose gradient is near zero).
+    device = penalised.engine.device
+    b = b.to(device)
+    reference = AutoModelForCausalLM.from_pretrained(tiny_model).to(device)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model).to(device)
     model.load_state_dict(moved)
     with torch.no_grad():
         new = token_logprobs(model(input_ids=b.input_ids).logits, b.input_ids)
@@ -214,7 +259,9 @@ def test_kl_as_reward_penalty_is_a_per_token_advantage(tiny_model: Path) -> None
         b.rollout_logprobs,
         b.advantages[:, None] - 0.5 * kl,
     )
-    plain = Learner(tiny_model, LearnerConfig(zero_stage=0, lr=1e-2, micro_batch_size=2))
+    plain = Learner(
+        tiny_model, LearnerConfig(zero_stage=0, bf16=False, lr=1e-2, micro_batch_size=2)
+    )
     plain.engine.module.load_state_dict(moved)
     plain.step(by_hand)
     assert metrics["kl"] > 0
@@ -243,6 +290,7 @@ def test_ppo_with_a_critic_learns_values_and_moves_the_policy(
     assert float((after[0] - before.rollout_logprobs[0]).sum()) > 0.5, "rewarded: more likely"
     assert float((after[1] - before.rollout_logprobs[1]).sum()) < -0.5, "unrewarded: less"
     assert min(losses[-3:]) < 0.5 * losses[0], losses
+    before = before.to(learner.engine.device)
     with torch.no_grad():
         values = learner.critic.values(before)
     # After its shared first token, the rewarded reply's states are worth more.
