@@ -178,13 +178,23 @@ class Learner:
                 metrics = self._accumulate(chunk, old, len(chunk) / len(batch), width)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value * len(chunk) * share
+            plain = self._plain_grad_norm()
             self.engine.step()
             norm = self.engine.get_global_grad_norm()
-            totals["grad_norm"] = float(norm) if norm is not None else 0.0
+            totals["grad_norm"] = float(norm if norm is not None else plain)
         if self.critic is not None:
             totals.update(self.critic.fit(chunks, value_targets))
         self.steps += 1
         return totals
+
+    def _plain_grad_norm(self) -> float:
+        """The gradient norm DeepSpeed computes but does not keep at ZeRO-0 in fp32 (it clips
+        with torch's `clip_grad_norm_` and drops the result); 0 elsewhere, where it keeps its own.
+        The gradients are already reduced across ranks when the last backward pass returns."""
+        if self.config.zero_stage != 0 or self.bf16:
+            return 0.0
+        grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
 
     def _accumulate(
         self, chunk: TrainBatch, old: torch.Tensor | None, scale: float, width: int

@@ -147,10 +147,12 @@ def test_zero_stages_take_the_same_first_step(tiny_model: Path) -> None:
         config = LearnerConfig(zero_stage=stage, bf16=False, lr=1e-3, micro_batch_size=2)
         learner = Learner(tiny_model, config)
         metrics = learner.step(batch(None, tiny_model, [1.0, -1.0]))
-        results.append((metrics["loss"], learner.state_dict()))
-    (loss0, sd0), *others = results
-    for loss, sd in others:
+        results.append((metrics["loss"], metrics["grad_norm"], learner.state_dict()))
+    (loss0, norm0, sd0), *others = results
+    assert norm0 > 0
+    for loss, norm, sd in others:
         assert loss == pytest.approx(loss0, rel=1e-5)
+        assert norm == pytest.approx(norm0, rel=1e-4)
         assert sd.keys() == sd0.keys()
         for key in sd0:
             torch.testing.assert_close(sd[key], sd0[key], atol=1e-5, rtol=1e-4)
