@@ -26,7 +26,7 @@ from agenthub._errors import (
     EnvNotFoundError,
     PluginLoadError,
 )
-from agenthub._returns import plain_methods, raised_at
+from agenthub._returns import method_problems, raised_at
 from agenthub._spec import EnvSpec
 
 _ANY_TYPES = ConfigDict(arbitrary_types_allowed=True)
@@ -41,21 +41,58 @@ _clashes: dict[str, list[str]] = {}  # id -> the packages that all declare it
 _json_kwargs = TypeAdapter(dict[str, JsonValue])
 
 
-def register(id: str, entry_point: str, *, override: bool = False, **kwargs: JsonValue) -> EnvSpec:
+def register(
+    id: str,
+    entry_point: str | Callable[..., Env[Any]],
+    *,
+    override: bool = False,
+    **kwargs: JsonValue,
+) -> EnvSpec:
     """Register an environment under `id` in this process.
 
-    `entry_point` is `"package.module:Attr"`; `kwargs` become the spec's defaults. Plugin
-    packages normally declare an entry point in the `agenthub.envs` group instead, so they are
-    found without any import; `register` is for scripts, notebooks and tests.
+    `entry_point` is `"package.module:Attr"`, or the `Env` subclass (or function returning an
+    env) itself when it is defined at the top level of a module: it is recorded by that import
+    path, so the spec stays JSON that other processes rebuild the env from (one defined in a
+    script, `__main__`, is found only in that script's process). `kwargs` become the spec's
+    defaults. Plugin packages normally declare an entry point in the `agenthub.envs` group
+    instead, so they are found without any import; `register` is for scripts, notebooks and
+    tests.
     """
     if not override and id in _registered:
         raise ValueError(
             f"environment {id!r} is already registered to {_registered[id].entry_point}; "
             "pass override=True to replace it"
         )
+    if not isinstance(entry_point, str):
+        entry_point = _import_path(entry_point)
     new = EnvSpec(id=id, entry_point=entry_point, kwargs=kwargs)
     _registered[id] = new
     return new
+
+
+def _import_path(target: object) -> str:
+    """`"module:Qualname"` of a class or function that can be imported back by that path."""
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+    if not callable(target) or not module or not qualname:
+        raise TypeError(
+            f"register() takes an entry point 'package.module:Attr', an Env subclass or a "
+            f"function returning an Env, not {type(target).__name__} object {target!r}"
+        )
+    if "<locals>" in qualname:
+        raise ValueError(
+            f"{qualname} is defined inside a function, so nothing can import it: an env is "
+            "registered by its import path, which other processes (Ray workers, a resumed run) "
+            "rebuild it from. Define it at the top level of a module."
+        )
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is not target:
+        raise ValueError(
+            f"{module}:{qualname} does not import back as {target!r} (made at run time, or "
+            "its name was rebound?); register a 'package.module:Attr' string that does."
+        )
+    return f"{module}:{qualname}"
 
 
 def _entry_point_specs() -> dict[str, EnvSpec]:
@@ -175,8 +212,8 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
             f"{_describe(base)} returned {type(env).__name__}, not an agenthub.Env; the entry "
             "point must name an agenthub.Env subclass or a function returning an agenthub.Env."
         )
-    if plain := plain_methods(env):
-        raise PluginLoadError(f"{_describe(base)}: {'; '.join(plain)}")
+    if problems := method_problems(env):
+        raise PluginLoadError(f"{_describe(base)}: {'; '.join(problems)}")
     try:
         env.spec = base.with_kwargs(**_json_kwargs.validate_python(kwargs))
     except ValidationError:

@@ -10,20 +10,35 @@ import json
 import math
 import traceback
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from agenthub._types import Message, Step
+
+_PYDANTIC = str(Path(pydantic.__file__).parent)
 
 _AWAITED = {
     "reset": "async def reset(self, task, *, seed=None)",
     "step": "async def step(self, action)",
     "aclose": "async def aclose(self)",
 }
+_SIGNATURES = {**_AWAITED, "tasks": "def tasks(self, split='train')"}
+_CALLED_WITH: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
+    "reset": (("task",), {"seed": 0}),
+    "step": (("action",), {}),
+    "aclose": ((), {}),
+    "tasks": (("train",), {}),
+}
 
 
-def plain_methods(env: Any) -> list[str]:
-    """The methods agenthub awaits that `env` (or the env its wrappers hold) defines without
-    `async`: awaiting one fails with a TypeError that does not say what to change."""
+def method_problems(env: Any) -> list[str]:
+    """What is wrong with how `env` (or the env its wrappers hold) defines the methods agenthub
+    calls: one agenthub awaits defined without `async` (awaiting it fails with a TypeError that
+    does not say what to change), `tasks` defined async, or a method that cannot take the
+    arguments agenthub passes (`reset` without `seed`, say), which would otherwise fail only
+    when first called, pointing into agenthub's code."""
     inner = env.unwrapped
     layers = [env] if inner is env else [env, inner]
     problems = [
@@ -39,6 +54,20 @@ def plain_methods(env: Any) -> list[str]:
         for layer in layers
         if inspect.iscoroutinefunction(layer.tasks) or inspect.isasyncgenfunction(layer.tasks)
     ]
+    for layer in layers:
+        for name, (args, kwargs) in _CALLED_WITH.items():
+            method = getattr(layer, name)
+            try:
+                signature = inspect.signature(method)
+            except ValueError:  # no signature to read (a builtin): nothing to say
+                continue
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError:
+                problems.append(
+                    f"{type(layer).__name__}.{name}{signature} cannot be called as agenthub "
+                    f"calls it; it must be `{_SIGNATURES[name]}`"
+                )
     return problems
 
 
@@ -46,9 +75,12 @@ def raised_at(exc: BaseException) -> str:
     """` (raised at FILE:LINE, in FUNCTION)`: the innermost Python frame `exc` went through,
     for a one-line report of an env's failure that points at the line to look at."""
     frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
+    # A model that rejects its fields raises from pydantic's own code: the line to look at is
+    # the one that built it.
+    ours = [f for f in frames if not f.filename.startswith(_PYDANTIC)] or frames
+    if not ours:
         return ""
-    last = frames[-1]
+    last = ours[-1]
     return f" (raised at {last.filename}:{last.lineno}, in {last.name})"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import random
@@ -19,7 +20,7 @@ from agenthub._registry import make
 from agenthub._returns import (
     checked_stop,
     checked_tools,
-    plain_methods,
+    method_problems,
     raised_at,
     reset_problems,
     step_problems,
@@ -69,6 +70,15 @@ def check_env(
     `max_block_s` (training runs many episodes on one loop). Call it from a plain (sync) test;
     inside a running event loop use `acheck_env`.
     """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError(
+            "check_env runs its own event loop, and this thread is already running one (a "
+            "notebook, an async test): there, use `await agenthub.testing.acheck_env(env, ...)`"
+        )
     anyio.run(
         lambda: acheck_env(
             env,
@@ -175,7 +185,7 @@ class _Checker:
         if not isinstance(self.env, Env):
             self.fail(f"{type(self.env).__name__} is not a subclass of agenthub.Env")
             return
-        if not self.check_coroutines():
+        if not self.check_methods():
             self.closed = True  # awaiting the env, even to close it, would only add TypeErrors
             return
         self.check_spec(self.env.spec)
@@ -203,11 +213,11 @@ class _Checker:
             await self.check_cancellation(picked[0], seed)
         await self.check_aclose()
 
-    def check_coroutines(self) -> bool:
-        plain = plain_methods(self.env)
-        for problem in plain:
+    def check_methods(self) -> bool:
+        problems = method_problems(self.env)
+        for problem in problems:
             self.fail(problem)
-        return not plain
+        return not problems
 
     def check_spec(self, spec: EnvSpec | None) -> None:
         if spec is None:
@@ -229,7 +239,7 @@ class _Checker:
                 self.fail("the env has no tasks of its own; pass tasks=[Task(...)] to check_env")
                 return []
             except Exception as exc:
-                self.fail(f"env.tasks('train') raised {type(exc).__name__}: {exc}")
+                self.fail(f"env.tasks('train') raised {type(exc).__name__}: {exc}{raised_at(exc)}")
                 return []
             if not tasks:
                 self.fail(
@@ -237,12 +247,18 @@ class _Checker:
                     "or pass tasks=[Task(...)] to check_env"
                 )
                 return []
+            source = "env.tasks() yielded"
+        else:
+            source = "check_env(tasks=...) holds"
         if not tasks:
             self.fail("no tasks to check: tasks=[] was given; pass at least one agenthub.Task")
             return []
         for task in tasks:
             if not isinstance(task, Task):
-                self.fail(f"env.tasks() yielded {type(task).__name__}, not agenthub.Task")
+                self.fail(
+                    f"{source} {type(task).__name__}, not agenthub.Task; make each with "
+                    "agenthub.Task(id=..., prompt=...)"
+                )
                 return []
             if Task.model_validate_json(task.model_dump_json()) != task:
                 self.fail(f"task {task.id!r} changes in a JSON round trip")

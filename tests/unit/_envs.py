@@ -197,3 +197,17 @@ class AsyncTasksEnv(CountdownEnv):
 
     async def tasks(self, split: str = "train"):  # type: ignore[no-untyped-def,override]
         yield Task(id="0", prompt="Count down with me.", label=2)
+
+
+class SeedlessResetEnv(CountdownEnv):
+    """A `reset` without the `seed` keyword agenthub passes."""
+
+    async def reset(self, task: Task):  # type: ignore[no-untyped-def,override]
+        return await super().reset(task)
+
+
+class IdlessTaskEnv(CountdownEnv):
+    """Its tasks lack the `id` every Task needs."""
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        yield Task(prompt="Count down with me.", label=2)  # type: ignore[call-arg]

@@ -31,6 +31,16 @@ def test_a_good_env_passes_as_instance_factory_and_wrapped() -> None:
         (_envs.WrongObservationEnv(), "observation of type dict"),
         (_envs.CloseOnceEnv(), "the second aclose\\(\\) raised RuntimeError"),
         (_envs.BrokenAfterCancelEnv(), "not usable again after a cancelled reset"),
+        (
+            _envs.SeedlessResetEnv(),
+            r"SeedlessResetEnv.reset\(task: 'Task'\) cannot be called as agenthub calls it; it "
+            r"must be `async def reset\(self, task, \*, seed=None\)`",
+        ),
+        (
+            _envs.IdlessTaskEnv(),
+            r"(?s)env.tasks\('train'\) raised ValidationError: .*\nid\n  Field required.*"
+            r"\(raised at .*_envs\.py:\d+, in tasks\)",
+        ),
     ],
 )
 def test_contract_breaches_are_reported_with_a_fix(env: Env, message: str) -> None:  # type: ignore[type-arg]
@@ -170,3 +180,15 @@ def test_not_an_env_is_reported() -> None:
 def test_slow_env_times_out_instead_of_hanging() -> None:
     with pytest.raises(CheckEnvError, match="did not return within 0.05 s"):
         check_env(_envs.CountdownEnv(delay_s=1.0), timeout_s=0.05)
+
+
+def test_tasks_given_that_are_not_tasks_are_blamed_on_the_caller() -> None:
+    given: Any = [{"id": "0", "prompt": "Count down."}]
+    with pytest.raises(CheckEnvError, match=r"check_env\(tasks=...\) holds dict, not agenthub"):
+        check_env(_envs.CountdownEnv(), tasks=given)
+
+
+@pytest.mark.anyio
+async def test_check_env_in_a_running_event_loop_points_at_acheck_env() -> None:
+    with pytest.raises(RuntimeError, match=r"await agenthub.testing.acheck_env\(env, ...\)"):
+        check_env(_envs.CountdownEnv())

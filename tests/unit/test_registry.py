@@ -193,3 +193,32 @@ def test_an_async_tasks_method_is_refused_when_the_env_is_made() -> None:
     register("async-tasks", "tests.unit._envs:AsyncTasksEnv")
     with pytest.raises(PluginLoadError, match=r"AsyncTasksEnv.tasks must be a plain `def tasks"):
         make("async-tasks")
+
+
+def test_a_class_or_function_is_registered_by_its_import_path() -> None:
+    assert register("by-class", CountdownEnv).entry_point == "tests.unit._envs:CountdownEnv"
+    assert isinstance(make("by-class"), CountdownEnv)
+    made = make("by-class", delay_s=0.0)
+    assert made.spec is not None and make(made.spec).spec == made.spec
+    from tests.unit._envs import factory_returning
+
+    assert register("by-function", factory_returning).entry_point.endswith(":factory_returning")
+
+
+def test_what_cannot_be_imported_back_is_refused_at_register() -> None:
+    class Local(CountdownEnv):
+        pass
+
+    with pytest.raises(ValueError, match=r"Local is defined inside a function.*top level"):
+        register("local", Local)
+    with pytest.raises(TypeError, match=r"not int object 3"):
+        register("number", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"does not import back"):
+        register("made", type("CountdownEnv", (CountdownEnv,), {"__module__": __name__}))
+    assert "local" not in _registered
+
+
+def test_a_reset_without_seed_is_refused_when_the_env_is_made() -> None:
+    register("seedless", "tests.unit._envs:SeedlessResetEnv")
+    with pytest.raises(PluginLoadError, match=r"SeedlessResetEnv.reset\(task: 'Task'\) cannot"):
+        make("seedless")
