@@ -21,7 +21,9 @@ _LAYOUT = {
     "README.md.tmpl": "README.md",
     "init.py.tmpl": "src/$module/__init__.py",
     "env.py.tmpl": "src/$module/env.py",
-    "test_env.py.tmpl": "tests/test_env.py",
+    # Named after the module: pytest imports test files by name, and two packages' tests run
+    # together (a repository of several envs) would otherwise clash.
+    "test_env.py.tmpl": "tests/test_$module.py",
 }
 # `--tools`: a ToolEnv in place of the guessing game
 _TOOLS = {"env.py.tmpl": "env_tools.py.tmpl", "test_env.py.tmpl": "test_env_tools.py.tmpl"}

@@ -303,7 +303,7 @@ def test_scaffold_writes_a_package_with_entry_point(tmp_path: Path) -> None:
         "pyproject.toml",
         "src/my_game/__init__.py",
         "src/my_game/env.py",
-        "tests/test_env.py",
+        "tests/test_my_game.py",
     ]
     pyproject = (tmp_path / "pkg" / "pyproject.toml").read_text()
     assert '[project.entry-points."agenthub.envs"]\nmy-game = "my_game.env:MyGameEnv"' in pyproject
@@ -331,15 +331,20 @@ def test_scaffold_with_tools_writes_a_tool_env_whose_tests_pass(tmp_path: Path) 
     env_py = (tmp_path / "pkg" / "src" / "big_sums" / "env.py").read_text()
     assert "class BigSumsEnv(ToolEnv):" in env_py
     assert "by calling tools" in (tmp_path / "pkg" / "README.md").read_text()
-    # Its own tests, but the one that needs it pip-installed (the entry point).
+    # Beside a plain scaffold, as in a repository of several envs: both packages' own tests
+    # run in one session, but those that need them pip-installed (the entry point).
+    assert main(["env", "init", "guess-it", "--dir", str(tmp_path / "other")]) == 0
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "not registered",
-         str(tmp_path / "pkg" / "tests")],
+         str(tmp_path / "pkg" / "tests"), str(tmp_path / "other" / "tests")],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "pkg" / "src")},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(tmp_path / d / "src") for d in ("pkg", "other")),
+        },
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "2 passed, 1 deselected" in result.stdout
+    assert "4 passed, 2 deselected" in result.stdout
 
 
 def test_envs_list_gives_the_whole_first_paragraph_of_a_docstring(
