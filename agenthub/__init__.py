@@ -22,6 +22,7 @@ from agenthub._registry import list_envs, make, register, spec
 from agenthub._spec import EnvSpec
 from agenthub._transcript import Transcript, transcript
 from agenthub._types import Message, Observation, Step, Task
+from agenthub.envs._tasks import read_jsonl_tasks as read_tasks
 
 __version__ = "0.1.0"
 
@@ -46,6 +47,7 @@ __all__ = [
     "Transcript",
     "list_envs",
     "make",
+    "read_tasks",
     "register",
     "spec",
     "transcript",

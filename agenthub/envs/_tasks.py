@@ -60,8 +60,10 @@ def scored_texts(prompt: str, action: str) -> tuple[str, str]:
 def read_jsonl_tasks(
     path: str | Path, *, input_key: str = "prompt", label_key: str | None = "label"
 ) -> Iterator[Task]:
-    """One `Task` per line: the prompt under `input_key` (text, or a list of chat messages),
-    the label under `label_key`, an optional `id`, everything else kept as metadata."""
+    """One `Task` per line of a JSONL file (public as `agenthub.read_tasks`): the prompt under
+    `input_key` (text, or a list of chat messages), the label under `label_key`, an optional
+    `id` (else `<file stem>-<line>`), every other field kept as metadata. Read lazily; a
+    missing file or a bad line raises `TaskFileError` naming `FILE:LINE`."""
     for where, default_id, record in read_jsonl_records(path):
         if input_key not in record:
             raise TaskFileError(
