@@ -37,7 +37,7 @@ class Env(abc.ABC, Generic[ObsT]):
     - Both methods are cancellation-safe: if cancelled part-way, the instance can still be
       `reset` and `aclose`d, and nothing it started (processes, containers) is left running.
     - `aclose` releases everything and may be called more than once.
-    - Tasks, observations, `info`, `tools` and `stop` are JSON-serialisable.
+    - Tasks, observations, `info`, `tools`, `stop` and `system_prompt` are JSON-serialisable.
 
     Construct environments through `agenthub.make`, which sets `spec` so a Ray worker can
     rebuild the same environment from JSON.
@@ -56,6 +56,12 @@ class Env(abc.ABC, Generic[ObsT]):
     `("Observation:",)`. The reply keeps every token as sampled: it ends with the token that
     completed the string, string included. Read when the episode opens, like `tools`, and
     added to the run's own stop strings (`agenthub eval --stop`, `rollout.stop`)."""
+    system_prompt: str | None = None
+    """The system message an episode opens with when its task's prompt has none (a text
+    prompt, or chat messages not led by a system message): the env's rules and answer format,
+    for tasks from anywhere (`--tasks FILE`, `eval.tasks`), not only its own. A task's own
+    system message is kept instead. Read when the episode opens, like `tools`; it needs the
+    chat template."""
     _np_random: np.random.Generator | None = None
 
     @abc.abstractmethod

@@ -197,6 +197,16 @@ def checked_stop(env: Any) -> tuple[str, ...]:
     return tuple(stop)
 
 
+def checked_system_prompt(env: Any) -> str | None:
+    """The env's `system_prompt`, else `EnvReturnError` saying what it must be."""
+    system = env.system_prompt
+    if system is not None and not isinstance(system, str):
+        raise EnvReturnError(
+            f"{type(env).__name__}.system_prompt must be text or None, got {_brief(system)}"
+        )
+    return system
+
+
 def info_problem(where: str, info: Any) -> str | None:
     """Why `info` is not a dict, or None."""
     if not isinstance(info, Mapping):

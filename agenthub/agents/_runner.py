@@ -19,6 +19,7 @@ from agenthub._registry import make
 from agenthub._returns import (
     EnvReturnError,
     checked_stop,
+    checked_system_prompt,
     checked_tools,
     raised_at,
     reset_problems,
@@ -98,7 +99,8 @@ def _untokenizable(what: str) -> Iterator[None]:
 
 
 def _read(env: Env[Any], what: str, checked: Callable[[Env[Any]], T]) -> T:
-    """An attribute the runner reads from the env after `reset` (`tools`, `stop`), checked:
+    """An attribute the runner reads from the env after `reset` (`tools`, `stop`,
+    `system_prompt`), checked:
     one that is wrong, or a property that raises, fails the episode."""
     try:
         return checked(env)
@@ -244,6 +246,7 @@ class EpisodeRunner:
         observation, _ = reset
         tools = _read(env, "tools", checked_tools)
         state.stop = _read(env, "stop", checked_stop)
+        system_prompt = _read(env, "system_prompt", checked_system_prompt)
         with _untokenizable("reset"):
             session = Session.start(
                 self.chat,
@@ -252,6 +255,7 @@ class EpisodeRunner:
                 chat_template=config.chat_template,
                 policy_version=self.engine.policy_version,
                 tools=tools,
+                system_prompt=system_prompt,
             )
         state.session = session
         limit = self.engine.max_model_len

@@ -56,16 +56,19 @@ class Session:
         chat_template: bool = True,
         policy_version: int = 0,
         tools: Sequence[Mapping[str, Any]] = (),
+        system_prompt: str | None = None,
     ) -> Session:
         """Open an episode on `task` followed by the environment's first observation.
 
-        With `chat_template`, the task's prompt (text becomes one user message) and any first
-        messages are rendered through the chat template with the assistant generation prompt
-        and the `tools` the model may call; without it the prompt must be text and is tokenized
-        as is.
+        With `chat_template`, the task's prompt (text becomes one user message), led by
+        `system_prompt` where it has no system message of its own, and any first messages are
+        rendered through the chat template with the assistant generation prompt and the `tools`
+        the model may call; without it the prompt must be text and is tokenized as is.
         """
         if chat_template:
             messages = task.messages()
+            if system_prompt is not None and not (messages and messages[0].role == "system"):
+                messages.insert(0, Message(role="system", content=system_prompt))
             if isinstance(observation, list):
                 messages += observation
             ids = chat.encode_prompt(messages, tools)
@@ -74,6 +77,11 @@ class Session:
                 f"the env offers tools {[t['function']['name'] for t in tools]} but the chat "
                 "template, which shows them to the model, is turned off; turn it on, or "
                 "describe the tools in the prompt and leave the env's `tools` empty"
+            )
+        elif system_prompt is not None:
+            raise ChatTemplateError(
+                "the env sets a system_prompt but the chat template, which places it, is "
+                "turned off; turn it on, or put the instructions in the text prompt"
             )
         elif isinstance(observation, list) and observation:
             raise ChatTemplateError(

@@ -117,6 +117,8 @@ def show_command(args: argparse.Namespace) -> int:
     ]
     stop = getattr(factory, "stop", ())
     stop = list(stop) if isinstance(stop, list | tuple) else []
+    system_prompt = getattr(factory, "system_prompt", None)
+    system_prompt = system_prompt if isinstance(system_prompt, str) else None
     try:
         source = inspect.getsourcefile(factory)
     except TypeError:
@@ -134,6 +136,7 @@ def show_command(args: argparse.Namespace) -> int:
                     "takes_any_argument": takes_any,
                     "tools": tools,
                     "stop": stop,
+                    "system_prompt": system_prompt,
                 },
                 default=repr,
             )
@@ -163,6 +166,10 @@ def show_command(args: argparse.Namespace) -> int:
         console.print("It takes no arguments.")
     if takes_any:
         console.print("It also takes arguments not listed here (**kwargs).")
+    if system_prompt is not None:
+        console.print()
+        console.print("An episode opens with the system message:")
+        console.print(system_prompt, markup=False, highlight=False)
     if stop:
         console.print()
         console.print(f"A reply ends where it writes: {escape(json.dumps(stop))}", highlight=False)

@@ -37,6 +37,7 @@ from agenthub.repl._render import (
     show_observation,
     show_settings,
     show_step,
+    show_system_prompt,
     show_task,
     show_tokens,
     show_tools,
@@ -372,6 +373,7 @@ class Repl:
         episode = await self._open(task)
         if episode is None:
             return False
+        show_system_prompt(self.console, task, episode.env.system_prompt)
         show_tools(self.console, episode.session.tools)
         show_observation(self.console, episode.first_observation)
         if episode.first_info:

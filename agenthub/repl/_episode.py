@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agenthub._env import Env
-from agenthub._returns import checked_reset, checked_step, checked_stop, checked_tools
+from agenthub._returns import (
+    checked_reset,
+    checked_step,
+    checked_stop,
+    checked_system_prompt,
+    checked_tools,
+)
 from agenthub._transcript import stepping
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import (
@@ -101,7 +107,12 @@ class Episode:
             tools = checked_tools(env)
             stop = checked_stop(env)
             session = Session.start(
-                chat, task, observation, chat_template=chat_template, tools=tools
+                chat,
+                task,
+                observation,
+                chat_template=chat_template,
+                tools=tools,
+                system_prompt=checked_system_prompt(env),
             )
         except BaseException:
             await env.aclose()

@@ -69,6 +69,15 @@ def _message(console: Console, role: str, content: str, name: str | None = None)
     console.print(line)
 
 
+def show_system_prompt(console: Console, task: Task, system_prompt: str | None) -> None:
+    """The env's system prompt, where it leads the task's prompt (which has none of its own)."""
+    own = not isinstance(task.prompt, str) and task.prompt and task.prompt[0].role == "system"
+    if system_prompt is None or own:
+        return
+    console.print(Text("the env's system prompt, placed before the task's:", style="bold"))
+    _message(console, "system", system_prompt)
+
+
 def show_tools(console: Console, tools: Sequence[Mapping[str, Any]]) -> None:
     """The functions the env offers the model: name, parameters and the description's first
     line (the chat template shows the model all of it)."""

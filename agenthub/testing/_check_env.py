@@ -19,6 +19,7 @@ from agenthub._errors import CheckEnvError, NoTaskSourceError
 from agenthub._registry import make
 from agenthub._returns import (
     checked_stop,
+    checked_system_prompt,
     checked_tools,
     method_problems,
     raised_at,
@@ -310,6 +311,7 @@ class _Checker:
         try:
             tools = checked_tools(self.env)
             checked_stop(self.env)
+            checked_system_prompt(self.env)
         except Exception as exc:
             self.fail(f"after reset(task {task.id!r}): {type(exc).__name__}: {exc}")
             return None

@@ -61,6 +61,12 @@ class ObservationOnlyResetEnv(GuessEnv):
         return [Message(role="user", content="Your first guess?")]
 
 
+class RuledGuessEnv(GuessEnv):
+    """Guesses, told the rules in a system message."""
+
+    system_prompt = "Guess with one number."
+
+
 class StopAtEqualsEnv(GuessEnv):
     """Guesses end where the model writes '='."""
 

@@ -48,6 +48,15 @@ def test_contract_breaches_are_reported_with_a_fix(env: Env, message: str) -> No
         check_env(env)
 
 
+def test_a_system_prompt_that_is_not_text_is_reported() -> None:
+    class Listed(_envs.CountdownEnv):
+        system_prompt = ("Count down.",)  # type: ignore[assignment]
+
+    with pytest.raises(CheckEnvError, match=r"Listed.system_prompt must be text or None, got \("):
+        check_env(Listed())
+    check_env(type("Ruled", (_envs.CountdownEnv,), {"system_prompt": "Count down."})())
+
+
 def test_stop_strings_that_are_not_a_list_of_strings_are_reported() -> None:
     class OneString(_envs.CountdownEnv):
         stop = "</search>"  # type: ignore[assignment]

@@ -108,6 +108,11 @@ def test_envs_show_gives_registered_defaults_argument_docs_and_tools(
     assert main(["envs", "show", "tests.unit._repl_envs:StopAtEqualsEnv"]) == 0
     assert 'A reply ends where it writes: ["="]' in capsys.readouterr().out
 
+    assert main(["envs", "show", "tests.unit._repl_envs:RuledGuessEnv", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["system_prompt"] == "Guess with one number."
+    assert main(["envs", "show", "tests.unit._repl_envs:RuledGuessEnv"]) == 0
+    assert "opens with the system message:\nGuess with one number." in capsys.readouterr().out
+
 
 def test_a_wrong_env_argument_points_at_envs_show() -> None:
     with pytest.raises(AgentHubError, match=r"`agenthub envs show math` describes them"):

@@ -123,6 +123,15 @@ async def test_start_shows_the_task_and_first_observation(chat: ChatTokenizer) -
     await h.repl.aclose()
 
 
+async def test_the_env_s_system_prompt_is_shown_and_opens_the_session(chat: ChatTokenizer) -> None:
+    h = await started(chat, "tests.unit._repl_envs:RuledGuessEnv")
+    out = h.buffer.getvalue()
+    assert "the env's system prompt, placed before the task's:\n[system] Guess with one" in out
+    opening = chat.decode_all(h.episode.session.tokens)
+    assert opening.startswith("<|im_start|>system\nGuess with one number.<|im_end|>")
+    await h.repl.aclose()
+
+
 async def test_a_typed_action_enters_the_session_with_mask_zero(chat: ChatTokenizer) -> None:
     h = await started(chat)
     before = len(h.episode.session)

@@ -432,6 +432,20 @@ async def test_an_env_whose_stop_is_not_a_list_of_strings_fails_its_episode(
     assert "stop: TrackedEnv.stop must be a list of strings, got '</search>'" in t.error.message
 
 
+async def test_an_env_s_system_prompt_opens_its_episodes_and_a_wrong_one_fails_them(
+    chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(TrackedEnv, "system_prompt", "Answer with one number.")
+    [t] = await runner(replying(chat), chat).collect([task(label=1)])
+    assert t.error is None
+    opening = chat.decode_all(t.tokens[: t.loss_mask.index(1)])
+    assert opening.startswith("<|im_start|>system\nAnswer with one number.<|im_end|>")
+    monkeypatch.setattr(TrackedEnv, "system_prompt", ["Answer with one number."])
+    [t] = await runner(replying(chat), chat).collect([task()])
+    assert t.error is not None and t.error.cause == "env_error"
+    assert "system_prompt: TrackedEnv.system_prompt must be text or None" in t.error.message
+
+
 def test_sampling_params_refuse_a_bare_or_empty_stop_string() -> None:
     with pytest.raises(ValueError, match="stop must be a tuple of non-empty strings"):
         SamplingParams(stop="</a>")  # type: ignore[arg-type]

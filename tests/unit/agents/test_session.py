@@ -86,6 +86,21 @@ def test_history_is_never_retokenized(chat: ChatTokenizer) -> None:
     assert session.tokens[: len(snapshot)] == snapshot
 
 
+def test_the_env_s_system_prompt_leads_a_prompt_without_one_of_its_own(
+    chat: ChatTokenizer,
+) -> None:
+    rules = Message(role="system", content="Answer with one number.")
+    user = Message(role="user", content="Count down.")
+    for prompt in ("Count down.", (user,)):
+        session = Session.start(chat, Task(id="t", prompt=prompt), [], system_prompt=rules.content)
+        assert session.tokens == chat.encode_prompt([rules, user])
+    own = Message(role="system", content="The task's own rules.")
+    session = Session.start(chat, Task(id="t", prompt=(own, user)), [], system_prompt="ignored")
+    assert session.tokens == chat.encode_prompt([own, user])
+    with pytest.raises(ChatTemplateError, match="sets a system_prompt but the chat template"):
+        Session.start(chat, Task(id="t", prompt="hi"), "", chat_template=False, system_prompt="x")
+
+
 def test_chat_prompt_without_chat_template_is_refused(chat: ChatTokenizer) -> None:
     task = Task(id="t", prompt=(Message(role="user", content="hi"),))
     with pytest.raises(ChatTemplateError, match="chat template is turned off"):
