@@ -33,7 +33,7 @@ class ToolEnv(Env[list[Message]], abc.ABC):
                 return 1.0 if str(task.label) in answer else 0.0
 
     The functions' schemas (`agenthub.tools.function_schema`) are offered to the model through
-    the chat template (`Env.tools`). Each reply's calls (`parse_tool_calls`) run in order, their
+    the chat template (`Env.tools`). Each reply's calls (`parse_calls`) run in order, their
     arguments checked against the type hints; the results come back as `tool` messages, and
     a call that cannot run (unknown function, bad arguments, the function raised) is answered
     with what went wrong, so the model can learn from it. A reply without calls is the answer:
@@ -107,7 +107,7 @@ class ToolEnv(Env[list[Message]], abc.ABC):
     async def step(self, action: str) -> Step[list[Message]]:
         if self.task is None:
             raise RuntimeError("step called before reset")
-        calls = parse_tool_calls(action)
+        calls = self.parse_calls(action)
         if not calls:
             seen = transcript()
             if seen is not None and seen.finish_reason == "length":
@@ -125,6 +125,14 @@ class ToolEnv(Env[list[Message]], abc.ABC):
             for call in calls
         ]
         return Step(results, 0.0, truncated=self.turns >= self.max_turns)
+
+    def parse_calls(self, reply: str) -> list[ToolCall]:
+        """The calls `reply` makes, in order; none means the reply is the answer. The Hermes
+        `<tool_call>{...}</tool_call>` form by default (`parse_tool_calls`), which Qwen's and
+        the default model's chat templates teach. Override it for a model whose template
+        teaches another form; a call that cannot be read is a `ToolCall` with `error` set, and
+        is answered with that error. (`check_env` writes its calls in the Hermes form.)"""
+        return parse_tool_calls(reply)
 
     def _reward(self, value: Any) -> float:
         if isinstance(value, bool | int | float) or (

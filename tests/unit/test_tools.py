@@ -326,6 +326,29 @@ async def test_only_the_tools_offered_in_this_episode_can_be_called() -> None:
     ]  # fmt: skip
 
 
+async def test_a_model_s_own_call_form_is_read_by_overriding_parse_calls() -> None:
+    class BracketCalculator(Calculator):
+        """Reads `[TOOL_CALLS] [{"name": ..., "arguments": {...}}]`, Mistral's form."""
+
+        def parse_calls(self, reply: str) -> list[ToolCall]:
+            _, marker, calls = reply.partition("[TOOL_CALLS]")
+            if not marker:
+                return []
+            try:
+                return [ToolCall(c["name"], c["arguments"]) for c in json.loads(calls)]
+            except (ValueError, KeyError, TypeError) as exc:
+                return [ToolCall("", error=f"the calls are not a JSON list of calls: {exc}")]
+
+    env = BracketCalculator()
+    await env.reset(next(iter(env.tasks())), seed=0)
+    step = await env.step('[TOOL_CALLS] [{"name": "add", "arguments": {"a": 2, "b": 3}}]')
+    assert step.observation == [Message(role="tool", content="5", name="add")]
+    step = await env.step("[TOOL_CALLS] add(2, 3)")
+    assert step.observation[0].content.startswith("error: the calls are not a JSON list")
+    step = await env.step(call("add", a=2, b=3) + " so 5")  # another form is just text here
+    assert (step.reward, step.terminated) == (1.0, True)
+
+
 async def test_an_episode_that_only_calls_tools_is_cut_after_max_turns() -> None:
     env = Calculator(max_turns=2)
     await env.reset(Task(id="t", prompt="?", label=5))
