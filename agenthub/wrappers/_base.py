@@ -45,6 +45,22 @@ class Wrapper(Env[ObsT], Generic[ObsT]):
         self.env.tools = value
 
     @property
+    def stop(self) -> Sequence[str]:
+        return self.env.stop
+
+    @stop.setter
+    def stop(self, value: Sequence[str]) -> None:
+        self.env.stop = value
+
+    @property
+    def system_prompt(self) -> str | None:
+        return self.env.system_prompt
+
+    @system_prompt.setter
+    def system_prompt(self, value: str | None) -> None:
+        self.env.system_prompt = value
+
+    @property
     def np_random(self) -> np.random.Generator:
         return self.env.np_random
 

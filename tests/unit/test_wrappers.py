@@ -55,3 +55,20 @@ async def test_recorder_keeps_episodes_and_writes_json_lines(tmp_path: Path) -> 
     assert lines[0]["task"]["id"] == "t"
     assert lines[0]["steps"][-1]["terminated"] is True
     assert lines[0]["steps"][0]["observation"][0]["role"] == "user"
+
+
+def test_wrappers_pass_what_the_runner_reads_after_reset_through() -> None:
+    class Ruled(CountdownEnv):
+        tools = ({"type": "function", "function": {"name": "f", "parameters": {}}},)
+        stop = ("</search>",)
+        system_prompt = "Count down."
+
+    inner = Ruled()
+    wrapped = TurnLimit(Recorder(inner), 3)
+    assert (wrapped.tools, wrapped.stop, wrapped.system_prompt) == (
+        Ruled.tools,
+        ("</search>",),
+        "Count down.",
+    )
+    wrapped.stop, wrapped.system_prompt = ("Observation:",), None  # as a reset may set them
+    assert (inner.stop, inner.system_prompt) == (("Observation:",), None)
