@@ -189,8 +189,9 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     Raises `EnvNotFoundError` for an unknown id, `PluginLoadError` when the entry point does not
     load or give an `Env`, `EnvArgumentsError` when the constructor rejects the arguments, and
     `EnvBuildError` when it fails otherwise; each message names the environment. An env whose
-    `reset`, `step` or `aclose` is not `async def` is a `PluginLoadError` here, not a failed
-    await later.
+    `reset`, `step` or `aclose` is not `async def`, whose `tasks` is async, or one of whose
+    methods cannot take the arguments agenthub passes (`reset` without `seed`) is a
+    `PluginLoadError` here, not a failure at its first call.
     """
     base = id if isinstance(id, EnvSpec) else spec(id)
     factory = load_entry_point(base)

@@ -1,7 +1,8 @@
 """What `reset` and `step` must return, checked wherever an env's answer is used (the episode
 runner, the REPL, `check_env`), so a wrong type is named as the env's mistake, on that one
-episode, instead of surfacing later as an AttributeError in agenthub's own code; and that the
-methods agenthub awaits are coroutines (`make` and `check_env`)."""
+episode, instead of surfacing later as an AttributeError in agenthub's own code; and that an
+env's methods are what agenthub calls them as: coroutines where it awaits them, taking the
+arguments it passes (`make` and `check_env`)."""
 
 from __future__ import annotations
 
@@ -35,31 +36,20 @@ _CALLED_WITH: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
 
 def method_problems(env: Any) -> list[str]:
     """What is wrong with how `env` (or the env its wrappers hold) defines the methods agenthub
-    calls: one agenthub awaits defined without `async` (awaiting it fails with a TypeError that
-    does not say what to change), `tasks` defined async, or a method that cannot take the
-    arguments agenthub passes (`reset` without `seed`, say), which would otherwise fail only
-    when first called, pointing into agenthub's code."""
+    calls: one that is not a method at all, one agenthub awaits defined without `async`
+    (awaiting it fails with a TypeError that does not say what to change), `tasks` defined
+    async, or a method that cannot take the arguments agenthub passes (`reset` without `seed`,
+    say), which would otherwise fail only when first called, pointing into agenthub's code."""
     inner = env.unwrapped
-    layers = [env] if inner is env else [env, inner]
-    problems = [
-        f"{type(layer).__name__}.{name} must be `{signature}`, not def: agenthub awaits it on "
-        "an event loop that many episodes share"
-        for layer in layers
-        for name, signature in _AWAITED.items()
-        if not inspect.iscoroutinefunction(getattr(layer, name))
-    ]
-    problems += [
-        f"{type(layer).__name__}.tasks must be a plain `def tasks(self, split)` that returns or "
-        "yields Tasks, not async: it is read outside any event loop"
-        for layer in layers
-        if inspect.iscoroutinefunction(layer.tasks) or inspect.isasyncgenfunction(layer.tasks)
-    ]
-    for layer in layers:
+    problems = []
+    for layer in [env] if inner is env else [env, inner]:
         for name, (args, kwargs) in _CALLED_WITH.items():
-            method = getattr(layer, name)
+            if problem := _method_problem(type(layer).__name__, name, getattr(layer, name)):
+                problems.append(problem)
+                continue
             try:
-                signature = inspect.signature(method)
-            except ValueError:  # no signature to read (a builtin): nothing to say
+                signature = inspect.signature(getattr(layer, name))
+            except (ValueError, TypeError):  # no signature to read (a builtin): nothing to say
                 continue
             try:
                 signature.bind(*args, **kwargs)
@@ -69,6 +59,24 @@ def method_problems(env: Any) -> list[str]:
                     f"calls it; it must be `{_SIGNATURES[name]}`"
                 )
     return problems
+
+
+def _method_problem(owner: str, name: str, method: Any) -> str | None:
+    if not callable(method):
+        return f"{owner}.{name} must be a method `{_SIGNATURES[name]}`, not {_brief(method)}"
+    if name in _AWAITED and not inspect.iscoroutinefunction(method):
+        return (
+            f"{owner}.{name} must be `{_AWAITED[name]}`, not def: agenthub awaits it on an "
+            "event loop that many episodes share"
+        )
+    if name == "tasks" and (
+        inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
+    ):
+        return (
+            f"{owner}.tasks must be a plain `def tasks(self, split)` that returns or yields "
+            "Tasks, not async: it is read outside any event loop"
+        )
+    return None
 
 
 def raised_at(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import json
 import random
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +50,7 @@ EnvLike = Env[Any] | Callable[[], Env[Any]] | str
 def check_env(
     env: EnvLike,
     *,
-    tasks: Sequence[Task] | None = None,
+    tasks: Iterable[Task] | None = None,
     actions: Sequence[str] = DEFAULT_ACTIONS,
     seed: int = 0,
     max_steps: int = 32,
@@ -104,7 +104,7 @@ class _Turn:
 async def acheck_env(
     env: EnvLike,
     *,
-    tasks: Sequence[Task] | None = None,
+    tasks: Iterable[Task] | None = None,
     actions: Sequence[str] = DEFAULT_ACTIONS,
     seed: int = 0,
     max_steps: int = 32,
@@ -182,7 +182,7 @@ class _Checker:
     def fail(self, problem: str) -> None:
         self.problems.append(problem)
 
-    async def run(self, seed: int, tasks: Sequence[Task] | None) -> None:
+    async def run(self, seed: int, tasks: Iterable[Task] | None) -> None:
         if not isinstance(self.env, Env):
             self.fail(f"{type(self.env).__name__} is not a subclass of agenthub.Env")
             return
@@ -231,7 +231,7 @@ class _Checker:
         if back != spec:
             self.fail(f"env.spec changes in a JSON round trip: {spec!r} -> {back!r}")
 
-    async def pick_tasks(self, tasks: Sequence[Task] | None) -> list[Task]:
+    async def pick_tasks(self, tasks: Iterable[Task] | None) -> list[Task]:
         if tasks is None:
             try:
                 async with self.watch("env.tasks('train')", _READ_LAZILY):
@@ -250,6 +250,13 @@ class _Checker:
                 return []
             source = "env.tasks() yielded"
         else:
+            if isinstance(tasks, Task | Mapping | str | bytes) or not isinstance(tasks, Iterable):
+                self.fail(
+                    f"check_env(tasks=...) must be a list of agenthub.Task, got "
+                    f"{type(tasks).__name__}"
+                )
+                return []
+            tasks = list(tasks)  # an iterator (agenthub.read_tasks) is read once, here
             source = "check_env(tasks=...) holds"
         if not tasks:
             self.fail("no tasks to check: tasks=[] was given; pass at least one agenthub.Task")

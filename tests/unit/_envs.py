@@ -211,3 +211,10 @@ class IdlessTaskEnv(CountdownEnv):
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
         yield Task(prompt="Count down with me.", label=2)  # type: ignore[call-arg]
+
+
+class DictTasksEnv(CountdownEnv):
+    """Its tasks are dicts, not Tasks."""
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        yield {"id": "0", "prompt": "Count down with me."}  # type: ignore[misc]

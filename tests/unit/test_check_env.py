@@ -201,3 +201,24 @@ def test_tasks_given_that_are_not_tasks_are_blamed_on_the_caller() -> None:
 async def test_check_env_in_a_running_event_loop_points_at_acheck_env() -> None:
     with pytest.raises(RuntimeError, match=r"await agenthub.testing.acheck_env\(env, ...\)"):
         check_env(_envs.CountdownEnv())
+
+
+def test_tasks_given_as_an_iterator_are_all_played() -> None:
+    # An iterator (as agenthub.read_tasks returns) was used up by the type check: nothing ran.
+    with pytest.raises(CheckEnvError, match=r"step #1 .* raised ValueError"):
+        check_env(_envs.RaisingEnv(), tasks=iter(list(_envs.RaisingEnv().tasks())[:1]))
+
+
+@pytest.mark.parametrize("given", [Task(id="0", prompt="p"), {"id": "0", "prompt": "p"}, "p"])
+def test_tasks_that_are_not_a_list_say_so(given: Any) -> None:
+    name = type(given).__name__
+    with pytest.raises(CheckEnvError, match=rf"must be a list of agenthub.Task, got {name}$"):
+        check_env(_envs.CountdownEnv(), tasks=given)
+
+
+def test_a_tasks_that_is_not_a_method_is_named() -> None:
+    class Listed(_envs.CountdownEnv):
+        tasks = [Task(id="0", prompt="p")]  # type: ignore[assignment]  # noqa: RUF012
+
+    with pytest.raises(CheckEnvError, match=r"Listed.tasks must be a method `def tasks\(self"):
+        check_env(Listed())

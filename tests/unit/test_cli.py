@@ -111,7 +111,7 @@ def test_envs_show_gives_registered_defaults_argument_docs_and_tools(
     assert main(["envs", "show", "tests.unit._repl_envs:RuledGuessEnv", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["system_prompt"] == "Guess with one number."
     assert main(["envs", "show", "tests.unit._repl_envs:RuledGuessEnv"]) == 0
-    assert "opens with the system message:\nGuess with one number." in capsys.readouterr().out
+    assert "that has none of its own):\nGuess with one number." in capsys.readouterr().out
 
 
 def test_a_wrong_env_argument_points_at_envs_show() -> None:
@@ -177,6 +177,15 @@ def test_envs_check_passes_and_fails_with_exit_codes(
         ]
     )
     assert bad == 1 and "must be a finite number" in capsys.readouterr().err
+
+
+def test_envs_check_reports_a_bug_in_tasks_as_check_env_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # It asked the env for a task before check_env, and a bug there was a traceback.
+    assert main(["envs", "check", "tests.unit._envs:IdlessTaskEnv"]) == 1
+    err = capsys.readouterr().err
+    assert "env.tasks('train') raised ValidationError" in err and "_envs.py:" in err
 
 
 def test_envs_check_with_an_empty_task_file_fails(tmp_path: Path) -> None:

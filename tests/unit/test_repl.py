@@ -343,6 +343,15 @@ async def test_an_env_returning_the_wrong_type_is_named_as_such(chat: ChatTokeni
     await h.repl.aclose()
 
 
+async def test_an_env_whose_tasks_are_broken_is_named_with_the_line(chat: ChatTokenizer) -> None:
+    with pytest.raises(
+        AgentHubError, match=r"(?s)tasks\('held_out'\) raised ValidationError.*_envs"
+    ):
+        await Harness(chat, env="tests.unit._envs:IdlessTaskEnv").repl.start()
+    with pytest.raises(AgentHubError, match=r"tasks\(\) yielded dict, not agenthub.Task"):
+        await Harness(chat, env="tests.unit._envs:DictTasksEnv").repl.start()
+
+
 async def test_bad_env_ids_and_task_indices_fail_clearly(chat: ChatTokenizer) -> None:
     with pytest.raises(EnvNotFoundError, match="no environment 'no-such-env'"):
         await Harness(chat, env="no-such-env").repl.start()
