@@ -85,6 +85,12 @@ class ToolEnv(Env[list[Message]], abc.ABC):
                 f"{cls.__name__}.score must be `async def score(self, task, answer)`, not def: "
                 "the episode awaits it"
             )
+        parse = cls.__dict__.get("parse_calls")
+        if inspect.iscoroutinefunction(parse) or inspect.isasyncgenfunction(parse):
+            raise TypeError(
+                f"{cls.__name__}.parse_calls must be a plain `def parse_calls(self, reply)` "
+                "returning a list of ToolCall, not async"
+            )
 
     @abc.abstractmethod
     async def score(self, task: Task, answer: str) -> float:
@@ -108,6 +114,12 @@ class ToolEnv(Env[list[Message]], abc.ABC):
         if self.task is None:
             raise RuntimeError("step called before reset")
         calls = self.parse_calls(action)
+        if not isinstance(calls, list | tuple) or not all(isinstance(c, ToolCall) for c in calls):
+            raise TypeError(
+                f"{type(self).__name__}.parse_calls returned {type(calls).__name__} "
+                f"{calls!r:.80}; it must return a list of agenthub.tools.ToolCall (empty when "
+                "the reply calls nothing)"
+            )
         if not calls:
             seen = transcript()
             if seen is not None and seen.finish_reason == "length":

@@ -349,6 +349,22 @@ async def test_a_model_s_own_call_form_is_read_by_overriding_parse_calls() -> No
     assert (step.reward, step.terminated) == (1.0, True)
 
 
+async def test_a_parse_calls_that_returns_no_list_of_calls_is_named() -> None:
+    class Dicts(Calculator):
+        def parse_calls(self, reply: str) -> list[ToolCall]:
+            return [{"name": "add"}]  # type: ignore[list-item]
+
+    env = Dicts()
+    await env.reset(next(iter(env.tasks())), seed=0)
+    with pytest.raises(TypeError, match=r"Dicts.parse_calls returned list .*must return a list"):
+        await env.step("anything")
+    with pytest.raises(TypeError, match=r"must be a plain `def parse_calls\(self, reply\)`"):
+
+        class Awaited(Calculator):
+            async def parse_calls(self, reply: str) -> list[ToolCall]:  # type: ignore[override]
+                return []
+
+
 async def test_an_episode_that_only_calls_tools_is_cut_after_max_turns() -> None:
     env = Calculator(max_turns=2)
     await env.reset(Task(id="t", prompt="?", label=5))
