@@ -22,7 +22,7 @@ def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, A
         raise TaskFileError(f"task file {path} does not exist")
     if not path.is_file():
         raise TaskFileError(f"task file {path} is not a regular file; give a JSONL file")
-    with path.open(encoding="utf-8") as f:
+    with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is not part of the JSON
         for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue

@@ -77,7 +77,8 @@ def read_jsonl_tasks(
             )
         prompt = record.pop(input_key)
         label = record.pop(label_key, None) if label_key else None
-        task_id = str(record.pop("id", default_id))
+        given_id = record.pop("id", None)
+        task_id = default_id if given_id is None else str(given_id)
         try:
             messages = (
                 prompt if isinstance(prompt, str) else tuple(map(Message.model_validate, prompt))

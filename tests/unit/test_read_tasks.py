@@ -51,3 +51,10 @@ def test_a_bad_line_names_the_file_and_line(tmp_path: Path) -> None:
         next(tasks)
     with pytest.raises(TaskFileError, match=r"task file .*missing\.jsonl does not exist"):
         list(agenthub.read_tasks(tmp_path / "missing.jsonl"))
+
+
+def test_a_null_id_and_a_byte_order_mark_are_read_as_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "a", "id": null}\n')
+    [task] = agenthub.read_tasks(path)
+    assert task == Task(id="bom-1", prompt="a")
