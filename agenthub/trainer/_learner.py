@@ -193,8 +193,8 @@ class Learner:
         The gradients are already reduced across ranks when the last backward pass returns."""
         if self.config.zero_stage != 0 or self.bf16:
             return 0.0
-        grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
-        return float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+        norms = [p.grad.norm() for p in self.engine.module.parameters() if p.grad is not None]
+        return float(torch.stack(norms).norm()) if norms else 0.0
 
     def _accumulate(
         self, chunk: TrainBatch, old: torch.Tensor | None, scale: float, width: int
