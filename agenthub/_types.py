@@ -62,11 +62,17 @@ class Task(BaseModel):
     label: JsonValue = None
     metadata: dict[str, JsonValue] = {}
 
-    def messages(self) -> list[Message]:
-        """The prompt as chat messages (a text prompt becomes one user message)."""
+    def messages(self, system_prompt: str | None = None) -> list[Message]:
+        """The prompt as chat messages (a text prompt becomes one user message), led by
+        `system_prompt` (an env's `Env.system_prompt`) unless it opens with a system message
+        of its own."""
         if isinstance(self.prompt, str):
-            return [Message(role="user", content=self.prompt)]
-        return list(self.prompt)
+            messages = [Message(role="user", content=self.prompt)]
+        else:
+            messages = list(self.prompt)
+        if system_prompt is not None and not (messages and messages[0].role == "system"):
+            messages.insert(0, Message(role="system", content=system_prompt))
+        return messages
 
 
 @dataclass(frozen=True, slots=True)

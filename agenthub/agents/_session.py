@@ -66,9 +66,7 @@ class Session:
         the model may call; without it the prompt must be text and is tokenized as is.
         """
         if chat_template:
-            messages = task.messages()
-            if system_prompt is not None and not (messages and messages[0].role == "system"):
-                messages.insert(0, Message(role="system", content=system_prompt))
+            messages = task.messages(system_prompt)
             if isinstance(observation, list):
                 messages += observation
             ids = chat.encode_prompt(messages, tools)

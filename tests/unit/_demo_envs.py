@@ -44,6 +44,12 @@ class EchoEnv(ArithmeticEnv):
             yield Task(id=f"{split}-{i}", prompt=f"Say {word}.", metadata=metadata)
 
 
+class RuledEchoEnv(EchoEnv):
+    """Echo, its rule in a system prompt."""
+
+    system_prompt = "Repeat the word, nothing else."
+
+
 class NoReferenceEnv(ArithmeticEnv):
     def tasks(self, split: str = "train") -> Iterator[Task]:
         yield Task(id="t", prompt="hello")
@@ -63,6 +69,7 @@ def register_demo_envs() -> None:
     for name, attr in [
         ("test_arith", "ArithmeticEnv"),
         ("test_echo", "EchoEnv"),
+        ("test_ruled_echo", "RuledEchoEnv"),
         ("test_no_reference", "NoReferenceEnv"),
         ("test_no_tasks", "NoTasksEnv"),
     ]:

@@ -71,6 +71,12 @@ def test_demonstrations_interleave_envs_and_skip_tasks_without_reference() -> No
     assert demos[0].messages[0].role == "user" and "\\boxed" in demos[0].response
 
 
+def test_demonstrations_open_as_the_env_s_episodes_do_with_its_system_prompt() -> None:
+    [demo] = collect_demonstrations(["test_ruled_echo"], 1)
+    assert [m.role for m in demo.messages] == ["system", "user"]
+    assert demo.messages[0].content == "Repeat the word, nothing else."
+
+
 def test_a_share_of_demonstrations_shows_the_planted_mistake() -> None:
     tasks_of = {e: {t.id: t for t in make(e).tasks("train")} for e in ("code_exec", "math")}
     demos = collect_demonstrations(["code_exec", "math"], 400, mistake_share=0.5, seed=3)

@@ -75,7 +75,7 @@ def _from_env(
         for task in itertools.islice(env.tasks(split), limit * 10):
             if len(demos) == limit:
                 break
-            demo = _demonstration(env_id, task, rng.random() < mistake_share)
+            demo = _demonstration(env_id, task, rng.random() < mistake_share, env.system_prompt)
             if demo is not None:
                 demos.append(demo)
     except NoTaskSourceError as exc:
@@ -91,14 +91,17 @@ def _from_env(
     return demos
 
 
-def _demonstration(env_id: str, task: Task, show_mistake: bool) -> Demonstration | None:
+def _demonstration(
+    env_id: str, task: Task, show_mistake: bool, system_prompt: str | None = None
+) -> Demonstration | None:
+    """The task's prompt as an episode opens it (with the env's system prompt) and the answer
+    to learn: its reference, or now and then the mistake it records."""
     reference = task.metadata.get("reference")
     if not isinstance(reference, str) or not reference:
         return None
     mistake = task.metadata.get("mistake")
-    if show_mistake and isinstance(mistake, str) and mistake:
-        return Demonstration(env_id, task.id, tuple(task.messages()), mistake)
-    return Demonstration(env_id, task.id, tuple(task.messages()), reference)
+    answer = mistake if show_mistake and isinstance(mistake, str) and mistake else reference
+    return Demonstration(env_id, task.id, tuple(task.messages(system_prompt)), answer)
 
 
 def digest(demos: Sequence[Demonstration]) -> str:
