@@ -78,6 +78,11 @@ def _import_path(target: object) -> str:
             f"register() takes an entry point 'package.module:Attr', an Env subclass or a "
             f"function returning an Env, not {type(target).__name__} object {target!r}"
         )
+    if inspect.isclass(target) and not issubclass(target, Env):
+        raise TypeError(
+            f"{module}.{qualname} is not an agenthub.Env subclass; register an Env subclass or "
+            "a function returning an Env"
+        )
     if "<locals>" in qualname:
         raise ValueError(
             f"{qualname} is defined inside a function, so nothing can import it: an env is "
@@ -165,6 +170,12 @@ def load_entry_point(spec: EnvSpec) -> Callable[..., Any]:
         for part in attr_path.split("."):
             target = getattr(target, part)
     except Exception as exc:
+        if module_name == "__main__":
+            raise PluginLoadError(
+                f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. It was "
+                "registered from a script, whose classes only that script's process finds: "
+                "move the env into a module this process can import"
+            ) from exc
         raise PluginLoadError(
             f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. The entry point "
             "must name 'module:Attr' where Attr is an agenthub.Env subclass or a function "

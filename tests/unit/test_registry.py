@@ -213,6 +213,8 @@ def test_what_cannot_be_imported_back_is_refused_at_register() -> None:
         register("local", Local)
     with pytest.raises(TypeError, match=r"not int object 3"):
         register("number", 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"builtins.int is not an agenthub.Env subclass"):
+        register("int", int)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"does not import back"):
         register("made", type("CountdownEnv", (CountdownEnv,), {"__module__": __name__}))
     assert "local" not in _registered
@@ -222,3 +224,8 @@ def test_a_reset_without_seed_is_refused_when_the_env_is_made() -> None:
     register("seedless", "tests.unit._envs:SeedlessResetEnv")
     with pytest.raises(PluginLoadError, match=r"SeedlessResetEnv.reset\(task: 'Task'\) cannot"):
         make("seedless")
+
+
+def test_an_env_registered_from_a_script_is_not_looked_for_as_a_package() -> None:
+    with pytest.raises(PluginLoadError, match=r"registered from a script.*move the env into"):
+        make(EnvSpec(id="scripted", entry_point="__main__:NoSuchEnv"))
