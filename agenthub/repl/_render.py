@@ -71,8 +71,7 @@ def _message(console: Console, role: str, content: str, name: str | None = None)
 
 def show_system_prompt(console: Console, task: Task, system_prompt: str | None) -> None:
     """The env's system prompt, where it leads the task's prompt (which has none of its own)."""
-    own = not isinstance(task.prompt, str) and task.prompt and task.prompt[0].role == "system"
-    if system_prompt is None or own:
+    if system_prompt is None or task.messages(system_prompt) == task.messages():
         return
     console.print(Text("the env's system prompt, placed before the task's:", style="bold"))
     _message(console, "system", system_prompt)
