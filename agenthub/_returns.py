@@ -10,13 +10,14 @@ import inspect
 import json
 import math
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pydantic
 
-from agenthub._types import Message, Step
+from agenthub._errors import AgentHubError
+from agenthub._types import Message, Step, Task
 
 _PYDANTIC = str(Path(pydantic.__file__).parent)
 
@@ -203,6 +204,25 @@ def checked_stop(env: Any) -> tuple[str, ...]:
                 f"{type(env).__name__}.stop holds {_brief(item)}; each must be a non-empty string"
             )
     return tuple(stop)
+
+
+def task_problem(value: Any, source: str = "env.tasks() yielded") -> str | None:
+    """Why `value`, from `source`, is not a Task, or None."""
+    if isinstance(value, Task):
+        return None
+    return (
+        f"{source} {type(value).__name__}, not agenthub.Task; make each with "
+        "agenthub.Task(id=..., prompt=...)"
+    )
+
+
+def checked_tasks(tasks: Iterable[Any]) -> Iterator[Task]:
+    """An env's tasks as they are read, an `AgentHubError` at the first that is no Task (a
+    dict, say), rather than an AttributeError wherever the run first reads its id."""
+    for task in tasks:
+        if problem := task_problem(task):
+            raise AgentHubError(problem)
+        yield task
 
 
 def checked_system_prompt(env: Any) -> str | None:

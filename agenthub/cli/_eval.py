@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from agenthub._errors import AgentHubError
 from agenthub._registry import make
+from agenthub._returns import checked_tasks
 from agenthub._types import Task
 from agenthub.agents import (
     ChatTokenizer,
@@ -249,7 +250,7 @@ def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
             selected = list(itertools.islice(tasks, n))
         else:
             # A procedural task source may be endless: take only what is asked for.
-            selected = list(itertools.islice(env.tasks(identity["split"]), n))
+            selected = list(itertools.islice(checked_tasks(env.tasks(identity["split"])), n))
     finally:
         anyio.run(env.aclose)
     ids = Counter(t.id for t in selected)

@@ -9,7 +9,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._errors import AgentHubError, NoTaskSourceError
-from agenthub._returns import raised_at
+from agenthub._returns import checked_tasks, raised_at
 from agenthub._types import Task
 
 __all__ = ["TaskSource"]
@@ -76,7 +76,7 @@ class TaskSource:
                 raise AgentHubError(f"--tasks {self.tasks_file}: {exc}") from exc
         env = self._make_env()
         try:
-            return list(pick(itertools.islice(_checked(env.tasks(split)), limit)))
+            return list(pick(itertools.islice(checked_tasks(env.tasks(split)), limit)))
         except NoTaskSourceError as exc:
             raise AgentHubError(f"{exc} Give one with --tasks FILE.") from exc
         except AgentHubError:
@@ -87,16 +87,6 @@ class TaskSource:
             ) from exc
         finally:
             await env.aclose()
-
-
-def _checked(tasks: Iterable[Any]) -> Iterator[Task]:
-    for task in tasks:
-        if not isinstance(task, Task):
-            raise AgentHubError(
-                f"the env's tasks() yielded {type(task).__name__}, not agenthub.Task; make "
-                "each with agenthub.Task(id=..., prompt=...)"
-            )
-        yield task
 
 
 def _read_tasks(file: str, env_kwargs: Mapping[str, Any]) -> Iterator[Task]:

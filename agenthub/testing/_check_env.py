@@ -25,6 +25,7 @@ from agenthub._returns import (
     raised_at,
     reset_problems,
     step_problems,
+    task_problem,
 )
 from agenthub._spec import EnvSpec
 from agenthub._types import Task
@@ -262,11 +263,8 @@ class _Checker:
             self.fail("no tasks to check: tasks=[] was given; pass at least one agenthub.Task")
             return []
         for task in tasks:
-            if not isinstance(task, Task):
-                self.fail(
-                    f"{source} {type(task).__name__}, not agenthub.Task; make each with "
-                    "agenthub.Task(id=..., prompt=...)"
-                )
+            if problem := task_problem(task, source):
+                self.fail(problem)
                 return []
             if Task.model_validate_json(task.model_dump_json()) != task:
                 self.fail(f"task {task.id!r} changes in a JSON round trip")

@@ -16,6 +16,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._registry import make
+from agenthub._returns import checked_tasks
 from agenthub._types import Task
 from agenthub.agents import (
     ChatTokenizer,
@@ -34,7 +35,7 @@ def task_stream(env: Env[Any], split: str, seed: int, rank: int, workers: int) -
     """The env's tasks for `split`, endlessly: each epoch in a new seeded order, each worker
     taking every `workers`-th task from `rank`. An endless source is read as it comes."""
     for epoch in itertools.count():
-        tasks = iter(env.tasks(split))
+        tasks = checked_tasks(env.tasks(split))
         first = list(itertools.islice(tasks, 100_000))
         if len(first) < 100_000:
             random.Random(f"{seed}:{epoch}").shuffle(first)

@@ -298,6 +298,9 @@ def test_a_task_file_is_read_with_the_field_names_the_env_was_given(
     identity = {"env": "reward_func", "env_kwargs": kwargs, "tasks": str(tasks)}
     (task,) = load_tasks(identity, None)
     assert (task.prompt, task.label) == ("Say hi", "hi")
+    broken = {"env": "tests.unit._envs:DictTasksEnv", "env_kwargs": {}, "tasks": None, "split": ""}
+    with pytest.raises(AgentHubError, match=r"env.tasks\(\) yielded dict, not agenthub.Task"):
+        load_tasks(broken, 1)
     source = TaskSource(lambda: make("reward_func", **kwargs), tasks_file=str(tasks),
                         split="held_out", env_kwargs=kwargs)  # fmt: skip
     task = anyio.run(source.get, 0)

@@ -207,6 +207,13 @@ def test_endless_sources_are_read_as_they_come() -> None:
     assert next(stream).id == "train-0"
 
 
+def test_a_task_that_is_no_task_is_named_before_a_worker_plays_it() -> None:
+    from tests.unit._envs import DictTasksEnv
+
+    with pytest.raises(AgentHubError, match=r"env.tasks\(\) yielded dict, not agenthub.Task"):
+        next(task_stream(DictTasksEnv(), "train", 0, 0, 1))
+
+
 def test_a_worker_without_tasks_is_an_error() -> None:
     with pytest.raises(ValueError, match="no 'train' tasks for rollout worker 2 of 3"):
         next(task_stream(_Tasks(2), "train", 0, 2, 3))
