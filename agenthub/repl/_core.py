@@ -20,7 +20,13 @@ from agenthub.agents import (
     InferenceEngine,
     SamplingParams,
 )
-from agenthub.repl._episode import Action, Episode, model_action, typed_action
+from agenthub.repl._episode import (
+    Action,
+    EnvAttributeError,
+    Episode,
+    model_action,
+    typed_action,
+)
 from agenthub.repl._files import append_line, read_line
 from agenthub.repl._input import (
     COMMANDS,
@@ -388,7 +394,10 @@ class Repl:
         except AgentHubError:
             raise
         except Exception as exc:
-            self._env_failed("reset", exc)
+            if isinstance(exc, EnvAttributeError) and exc.__cause__ is not None:
+                self._env_failed(exc.what, exc.__cause__)  # a property's bug, not reset's
+            else:
+                self._env_failed("reset", exc)
             self.console.print(Text("no episode now: fix the env, then :reset", style="bold"))
             return None
         self.episode = episode

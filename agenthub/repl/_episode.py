@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from agenthub._env import Env
 from agenthub._returns import (
+    EnvReturnError,
     checked_reset,
     checked_step,
     checked_stop,
@@ -26,11 +27,31 @@ from agenthub.agents import (
     Trajectory,
 )
 
-__all__ = ["Action", "Episode", "TokenKind", "typed_action"]
+__all__ = ["Action", "EnvAttributeError", "Episode", "TokenKind", "typed_action"]
+
+T = TypeVar("T")
 
 TokenKind = Literal["prompt", "env", "model", "human"]
 """Where a token came from: the opening prompt, a later env message, a model sample (loss mask
 1), or text a person typed (loss mask 0: the model did not sample it)."""
+
+
+class EnvAttributeError(Exception):
+    """Reading `what`, an attribute of the env read after `reset` (`tools`, `stop`,
+    `system_prompt`), raised: a property's bug, not `reset`'s. The cause is what it raised."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"reading the env's {what} raised")
+        self.what = what
+
+
+def _attribute(env: Env[Any], what: str, checked: Callable[[Env[Any]], T]) -> T:
+    try:
+        return checked(env)
+    except EnvReturnError:
+        raise
+    except Exception as exc:
+        raise EnvAttributeError(what) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,15 +125,16 @@ class Episode:
         try:
             observation, info = checked_reset(await env.reset(task, seed=seed))
             took = time.perf_counter() - started
-            tools = checked_tools(env)
-            stop = checked_stop(env)
+            tools = _attribute(env, "tools", checked_tools)
+            stop = _attribute(env, "stop", checked_stop)
+            system_prompt = _attribute(env, "system_prompt", checked_system_prompt)
             session = Session.start(
                 chat,
                 task,
                 observation,
                 chat_template=chat_template,
                 tools=tools,
-                system_prompt=checked_system_prompt(env),
+                system_prompt=system_prompt,
             )
         except BaseException:
             await env.aclose()

@@ -67,6 +67,14 @@ class RuledGuessEnv(GuessEnv):
     system_prompt = "Guess with one number."
 
 
+class RulesBugEnv(GuessEnv):
+    """Its system prompt is a property with a bug."""
+
+    @property  # type: ignore[override]
+    def system_prompt(self) -> str:
+        raise KeyError("rules")
+
+
 class StopAtEqualsEnv(GuessEnv):
     """Guesses end where the model writes '='."""
 

@@ -328,6 +328,14 @@ async def test_an_env_whose_reset_raises_is_reported(chat: ChatTokenizer) -> Non
     await h.repl.aclose()
 
 
+async def test_a_property_that_raises_is_named_rather_than_reset(chat: ChatTokenizer) -> None:
+    h = await started(chat, env="tests.unit._repl_envs:RulesBugEnv")
+    out = h.buffer.getvalue()
+    assert "env_error: system_prompt raised KeyError: 'rules'" in out
+    assert "reset raised" not in out and "_repl_envs.py" in out and h.repl.episode is None
+    await h.repl.aclose()
+
+
 async def test_an_env_returning_the_wrong_type_is_named_as_such(chat: ChatTokenizer) -> None:
     h = await started(chat)
     before = list(h.episode.session.tokens)
