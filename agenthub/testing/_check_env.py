@@ -15,7 +15,7 @@ import anyio
 import numpy as np
 
 from agenthub._env import Env
-from agenthub._errors import CheckEnvError, NoTaskSourceError
+from agenthub._errors import CheckEnvError, NoTaskSourceError, TaskFileError
 from agenthub._registry import make
 from agenthub._returns import (
     checked_stop,
@@ -70,7 +70,8 @@ def check_env(
     cancelled `reset` or `step` leaves the env usable, that `aclose` is idempotent, that
     `env.spec` round-trips through JSON, and that no call blocks the event loop for more than
     `max_block_s` (training runs many episodes on one loop). Call it from a plain (sync) test;
-    inside a running event loop use `acheck_env`.
+    inside a running event loop use `acheck_env`. A task file of the env's own that cannot be
+    read raises its `TaskFileError` (naming FILE:LINE): the data is wrong, not the env.
     """
     try:
         asyncio.get_running_loop()
@@ -240,6 +241,8 @@ class _Checker:
             except NoTaskSourceError:
                 self.fail("the env has no tasks of its own; pass tasks=[Task(...)] to check_env")
                 return []
+            except TaskFileError:
+                raise  # the data's fault, not the env's: it names FILE:LINE itself
             except Exception as exc:
                 self.fail(f"env.tasks('train') raised {type(exc).__name__}: {exc}{raised_at(exc)}")
                 return []

@@ -1,9 +1,12 @@
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agenthub import CheckEnvError, Env, Message, Step, Task
+import agenthub
+from agenthub import CheckEnvError, Env, Message, Step, Task, TaskFileError
 from agenthub.testing import check_env
 from agenthub.wrappers import TurnLimit
 
@@ -46,6 +49,14 @@ def test_a_good_env_passes_as_instance_factory_and_wrapped() -> None:
 def test_contract_breaches_are_reported_with_a_fix(env: Env, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(CheckEnvError, match=message):
         check_env(env)
+
+
+def test_a_bad_line_in_the_env_s_task_file_is_the_data_s_error(tmp_path: Path) -> None:
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": "1+1?", "label": "2"}\n{"label": "3"}\n')
+    with pytest.raises(TaskFileError, match=rf"^{re.escape(str(data))}:2: .*'prompt'") as raised:
+        check_env(agenthub.make("math", dataset=str(data)))
+    assert "raised at" not in str(raised.value)
 
 
 def test_a_system_prompt_that_is_not_text_is_reported() -> None:
