@@ -19,14 +19,13 @@ import os
 import queue
 import select
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 from agenthub._errors import AgentHubError
+from agenthub._worker_process import start_worker
 
 __all__ = ["VerifierPool", "VerifierPoolError", "default_pool"]
 
@@ -54,15 +53,7 @@ class _Worker:
     """One worker process and the buffered reading of its replies."""
 
     def __init__(self, startup_timeout_s: float) -> None:
-        package_root = str(Path(__file__).resolve().parents[3])
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": package_root + (os.pathsep + path if path else "")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agenthub.envs.math._worker", str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
+        self.proc = start_worker("agenthub.envs.math._worker")
         self._startup_deadline = time.monotonic() + startup_timeout_s
         self._ready = False
         self._buffer = b""

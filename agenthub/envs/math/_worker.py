@@ -7,28 +7,14 @@ decides when workers stop) and keeps stdout for its replies only.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
-import os
-import signal
 import sys
 
-
-def _die_with_parent(parent_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            pr_set_pdeathsig = 1
-            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os._exit(0)
+from agenthub._worker_process import become_worker
 
 
 def main() -> None:
-    _die_with_parent(int(sys.argv[1]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    replies = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)  # stray prints from SymPy or math-verify must not corrupt the replies
+    replies = become_worker()  # stray prints from SymPy or math-verify go to stderr
 
     from agenthub.envs.math._check import check, quiet_math_verify
 
