@@ -21,6 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="a transformers sequence-classification model directory, or an OpenRLHF reward model",
     )
+    parser.add_argument(
+        "--reward-processes",
+        type=int,
+        metavar="N",
+        help="worker processes for --reward-func (default: one per core, up to 4; 0: a thread)",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=5000, help="port to listen on")
     parser.add_argument("--max-batch-size", type=int, default=64, help="samples per batch")
@@ -40,7 +46,7 @@ def serve_rm_command(args: argparse.Namespace) -> int:
     scorer: Scorer
     needs_labels = False
     if args.reward_func:
-        function = load_reward_func(args.reward_func)
+        function = load_reward_func(args.reward_func, processes=args.reward_processes)
         scorer, needs_labels = function, function.takes_labels
         name = f"reward function {args.reward_func}"
     else:
@@ -92,6 +98,11 @@ def check_arguments(args: argparse.Namespace) -> None:
     ):
         if value < 1:
             raise AgentHubError(f"{flag} {value}: give a number of at least 1")
+    if args.reward_processes is not None and (args.reward_processes < 0 or args.model):
+        raise AgentHubError(
+            f"--reward-processes {args.reward_processes}: give 0 (a thread) or more worker "
+            "processes, with --reward-func"
+        )
     if args.model and not (Path(args.model) / "config.json").is_file():
         raise AgentHubError(
             f"--model {args.model}: no config.json there; give a local Hugging Face "

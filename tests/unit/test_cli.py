@@ -498,6 +498,10 @@ def test_serve_rm_says_when_its_port_is_taken(capsys: pytest.CaptureFixture[str]
         (["--port", "0"], "--port 0: give a port from 1 to 65535"),
         (["--max-batch-size", "0"], "--max-batch-size 0: give a number of at least 1"),
         (["--max-length", "-5"], "--max-length -5: give a number of at least 1"),
+        (
+            ["--reward-processes", "-1"],
+            "--reward-processes -1: give 0 (a thread) or more worker processes, with --reward-func",
+        ),
     ],
 )
 def test_serve_rm_rejects_option_values_it_cannot_serve_with(

@@ -179,3 +179,120 @@ def test_sync_scoring_runs_off_the_event_loop() -> None:
 
     out = anyio.run(func.ascore, ["q"], ["p"], [None])
     assert out.rewards == [1.0] and threads != [threading.current_thread().name]
+
+
+_WHERE = """\
+import os, threading, time
+
+def reward_func(queries, prompts, labels):
+    if labels[0] == "die":
+        os._exit(3)
+    if labels[0] == "hang":
+        time.sleep(3600)
+    main = threading.current_thread() is threading.main_thread()
+    return {"rewards": [1.0], "extra_logs": {"pid": os.getpid(), "main": float(main)}}
+"""
+
+
+def test_a_reward_file_runs_in_the_main_thread_of_worker_processes(tmp_path: Path) -> None:
+    path = tmp_path / "where.py"
+    path.write_text(_WHERE)
+    import os
+
+    out = load_reward_func(path, processes=2)(["q"], ["p"], [""])
+    assert out.extra_logs["main"] == [1.0] and out.extra_logs["pid"] != [float(os.getpid())]
+    out = load_reward_func(path, processes=0)(["q"], ["p"], [""])
+    assert out.extra_logs["pid"] == [float(os.getpid())]
+
+
+async def test_reward_files_using_math_verify_score_as_in_openrlhf(tmp_path: Path) -> None:
+    # math-verify times out with signal.alarm, which it refuses in any but the main thread.
+    path = tmp_path / "math_reward.py"
+    path.write_text(
+        "from math_verify import parse, verify\n\n"
+        "def reward_func(queries, prompts, labels):\n"
+        "    return [float(verify(parse('$' + str(label) + '$'), parse(q[len(p):])))\n"
+        "            for q, p, label in zip(queries, prompts, labels)]\n"
+    )
+    task = Task(id="sum", prompt="What is 2 + 3?", label="5")
+    env = make("reward_func", reward_func=str(path))
+    await env.reset(task)
+    assert (await env.step("It is $\\frac{10}{2}$.")).reward == 1.0
+    threaded = make("reward_func", reward_func=str(path), reward_processes=0)
+    await threaded.reset(task)
+    with pytest.raises(RewardFuncError, match="main thread: leave reward_processes unset"):
+        await threaded.step("It is $5$.")
+
+
+async def test_a_worker_that_dies_fails_only_its_sample(tmp_path: Path) -> None:
+    path = tmp_path / "where.py"
+    path.write_text(_WHERE)
+    env = make("reward_func", reward_func=str(path), reward_processes=1)
+    await env.reset(Task(id="fatal", prompt="p", label="die"))
+    with pytest.raises(RewardFuncError, match="worker process scoring task 'fatal' died"):
+        await env.step("r")
+    await env.reset(Task(id="fine", prompt="p", label=""))
+    assert (await env.step("r")).reward == 1.0
+
+
+def _script(tmp_path: Path, then: str) -> list[str]:
+    """A user's script, without a main guard, whose reward worker hangs in a second call."""
+    (tmp_path / "where.py").write_text(_WHERE)
+    script = tmp_path / "score.py"
+    script.write_text(
+        "import threading, time\n"
+        "from agenthub.envs.reward_func import load_reward_func\n"
+        f"f = load_reward_func({str(tmp_path / 'where.py')!r}, processes=1)\n"
+        "print(int(f(['q'], ['p'], ['']).extra_logs['pid'][0]), flush=True)\n"
+        "threading.Thread(target=f, args=(['q'], ['p'], ['hang']), daemon=True).start()\n"
+        f"{then}\n"
+    )
+    import sys
+
+    return [sys.executable, str(script)]
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    import os
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_script_exits_while_its_reward_worker_hangs(tmp_path: Path) -> None:
+    import subprocess
+
+    command = _script(tmp_path, "time.sleep(1); print('leaving')")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    worker, leaving = done.stdout.split()
+    assert leaving == "leaving" and _gone(int(worker), 5)
+
+
+def test_a_reward_worker_dies_with_its_killed_parent(tmp_path: Path) -> None:
+    import subprocess
+
+    with subprocess.Popen(
+        _script(tmp_path, "time.sleep(1); print('hung', flush=True); time.sleep(600)"),
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as parent:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        assert parent.stdout.readline() == "hung\n"
+        parent.kill()
+    assert _gone(worker, 5)
+
+
+def test_reward_processes_are_checked(fixtures: Path) -> None:
+    with pytest.raises(ValueError, match="reward_processes=2 needs a reward file"):
+        make("reward_func", reward_func=lambda q, p, l: [1.0], reward_processes=2)
+    with pytest.raises(RewardFuncError, match="processes=-1: give 0"):
+        make("reward_func", reward_func=str(fixtures / "reward_plain.py"), reward_processes=-1)

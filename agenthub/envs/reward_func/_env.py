@@ -27,6 +27,11 @@ class RewardFuncEnv(Env[Observation]):
     - `remote_rm_url`: one URL or a list of URLs of reward servers speaking the OpenRLHF
       protocol. As in OpenRLHF, a `.py` path given here is treated as a reward file.
 
+    A reward file's function runs in `reward_processes` worker processes (default: up to 4,
+    one per core), in their main thread as in OpenRLHF, so libraries that time out with
+    `signal.alarm` (math-verify) work; `reward_processes=0` calls it in a thread of this
+    process. A callable is always called in a thread.
+
     Tasks come from JSONL files: `dataset` (split `train`) and `eval_dataset` (`held_out`),
     with the prompt under `input_key` and the label under `label_key`.
 
@@ -48,6 +53,7 @@ class RewardFuncEnv(Env[Observation]):
         label_key: str = "label",
         rm_timeout_s: float = 30.0,
         rm_max_retries: int = 3,
+        reward_processes: int | None = None,
     ) -> None:
         if isinstance(remote_rm_url, str) and remote_rm_url.endswith(".py"):
             reward_func, remote_rm_url = remote_rm_url, None
@@ -63,9 +69,14 @@ class RewardFuncEnv(Env[Observation]):
                 remote_rm_url, timeout_s=rm_timeout_s, max_retries=rm_max_retries
             )
         elif isinstance(reward_func, str):
-            self._function = load_reward_func(reward_func)
+            self._function = load_reward_func(reward_func, processes=reward_processes)
         else:
             assert reward_func is not None
+            if reward_processes:
+                raise ValueError(
+                    f"reward_processes={reward_processes} needs a reward file: a Python callable "
+                    "is called in a thread; give reward_func=PATH to score in processes"
+                )
             self._function = RewardFunction(reward_func)
         self._datasets = dataset_splits(dataset, eval_dataset)
         self._input_key = input_key

@@ -1,27 +1,48 @@
+"""Reward files written for OpenRLHF, called as OpenRLHF calls them.
+
+A file's `reward_func` runs in worker processes (each importing the file once) and in their
+main thread, as it does in OpenRLHF's Ray workers: libraries that time out with
+`signal.alarm`, math-verify among them, refuse any other thread; CPU-heavy scoring runs beside
+the rollouts rather than under their GIL; and an event loop is never blocked. A hung worker is
+killed when the process exits, before Python waits for its threads.
+"""
+
 from __future__ import annotations
 
 import functools
 import inspect
+import os
+import pickle
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
 
 from agenthub._errors import RewardFuncError
+from agenthub._worker_process import start_worker
 from agenthub.envs._files import import_user_file
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
+
+DEFAULT_PROCESSES = min(4, os.cpu_count() or 1)
+"""Worker processes per reward file unless told otherwise."""
 
 _loaded: dict[tuple[Path, int], Callable[..., Any]] = {}
 _load_lock = threading.Lock()
 
 
-def load_reward_func(path: str | Path) -> RewardFunction:
+def load_reward_func(path: str | Path, *, processes: int | None = None) -> RewardFunction:
     """Load `reward_func` from a Python file written for OpenRLHF, unmodified.
 
-    The file is imported once per process (again if it changes on disk).
+    It is called in `processes` worker processes (default `DEFAULT_PROCESSES`), shared by
+    every `RewardFunction` of the file in this process; 0 calls it in a thread of this process
+    instead, for a function that must share state with it. The file is also imported here once
+    (again if it changes on disk), so a broken file fails now, naming its error.
     """
+    if processes is not None and processes < 0:
+        raise RewardFuncError(f"processes={processes}: give 0 (a thread) or more worker processes")
     path = Path(path).expanduser().resolve()
     if not path.exists():
         raise RewardFuncError(f"reward function file {path} does not exist")
@@ -30,11 +51,12 @@ def load_reward_func(path: str | Path) -> RewardFunction:
     key = (path, path.stat().st_mtime_ns)
     with _load_lock:
         if key not in _loaded:
-            _loaded[key] = _import_reward_func(path)
-    return RewardFunction(_loaded[key], name=str(path))
+            _loaded[key] = import_reward_func(path)
+    workers = DEFAULT_PROCESSES if processes is None else processes
+    return RewardFunction(_loaded[key], name=str(path), file=key, processes=workers)
 
 
-def _import_reward_func(path: Path) -> Callable[..., Any]:
+def import_reward_func(path: Path) -> Callable[..., Any]:
     module = import_user_file(path, kind="reward function", error=RewardFuncError)
     func = getattr(module, "reward_func", None)
     if not callable(func):
@@ -55,17 +77,27 @@ def _takes_labels(func: Callable[..., Any]) -> bool:
 
 
 class RewardFunction:
-    """An OpenRLHF-style batch reward function, called in a worker thread.
+    """An OpenRLHF-style batch reward function: a callable, called in a worker thread, or a
+    reward file's (see `load_reward_func`), called in worker processes.
 
     `queries` are prompt + response texts, `prompts` the rendered prompts, `labels` the tasks'
     labels. The older two-argument form `reward_func(queries, prompts)` is detected and called
     without labels; `takes_labels` says which form this is.
     """
 
-    def __init__(self, func: Callable[..., Any], *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        file: tuple[Path, int] | None = None,
+        processes: int = 0,
+    ) -> None:
         self.func = func
         self.name = name or getattr(func, "__qualname__", repr(func))
         self.takes_labels = _takes_labels(func)
+        self._file = file
+        self._processes = processes
 
     def __call__(
         self,
@@ -80,11 +112,20 @@ class RewardFunction:
         )
         samples = sample_names or [_excerpt(q) for q in queries]
         try:
-            raw = self.func(*args)
-        except Exception as exc:
+            raw = self._call(args)
+        except _WorkerDied as died:
             raise RewardFuncError(
-                f"reward function {self.name} raised {type(exc).__name__}: {exc} "
-                f"(samples: {samples})"
+                f"reward function {self.name}: the worker process scoring {', '.join(samples)} "
+                f"{died}. The next call starts a new one; if it dies too, call the function by "
+                "hand to see what kills it"
+            ) from None
+        except Exception as exc:
+            hint = ""
+            if self._file is not None and not self._processes and "thread" in str(exc):
+                hint = "; it wants the main thread: leave reward_processes unset"
+            kind = exc.kind if isinstance(exc, _RaisedInWorker) else type(exc).__name__
+            raise RewardFuncError(
+                f"reward function {self.name} raised {kind}: {exc} (samples: {samples}){hint}"
             ) from exc
         return parse_reward_output(
             raw,
@@ -93,6 +134,11 @@ class RewardFunction:
             samples=samples,
             error=RewardFuncError,
         )
+
+    def _call(self, args: tuple[Any, ...]) -> Any:
+        if self._file is None or not self._processes:
+            return self.func(*args)
+        return _workers(self._file, self._processes).call(args)
 
     async def ascore(
         self,
@@ -106,6 +152,161 @@ class RewardFunction:
         return await anyio.to_thread.run_sync(
             functools.partial(self, queries, prompts, labels, sample_names=sample_names)
         )
+
+
+# -- worker processes ---------------------------------------------------------------------
+
+
+class _WorkerDied(Exception):
+    """A worker process ended while it owed a reply; the message says how."""
+
+
+class _RaisedInWorker(Exception):
+    """`reward_func` raised in a worker: `kind` is its type's name, the message its message;
+    the worker's traceback is the cause."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class _WorkerTraceback(Exception):
+    def __str__(self) -> str:
+        return "\n" + str(self.args[0])
+
+
+class _Worker:
+    """One `python -m agenthub.envs.reward_func._worker` process, doing one call at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = start_worker("agenthub.envs.reward_func._worker", str(path))
+        self._ready = False
+
+    def call(self, args: tuple[Any, ...]) -> Any:
+        if not self._ready:
+            self._answer(self._read())
+            self._ready = True
+        stdin: IO[bytes] = self.proc.stdin  # type: ignore[assignment]
+        try:
+            pickle.dump(args, stdin)
+            stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise _WorkerDied(self._how()) from None
+        return self._answer(self._read())
+
+    def _read(self) -> tuple[Any, ...]:
+        try:
+            reply: tuple[Any, ...] = pickle.load(self.proc.stdout)  # type: ignore[arg-type]
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise _WorkerDied(self._how()) from None
+        return reply
+
+    @staticmethod
+    def _answer(reply: tuple[Any, ...]) -> Any:
+        if reply[0] == "error":
+            _, kind, message, trace = reply
+            raise _RaisedInWorker(kind, message) from _WorkerTraceback(trace)
+        return reply[1] if len(reply) > 1 else None
+
+    def _how(self) -> str:
+        try:
+            code = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        return f"died (exit code {code}{', killed' if code < 0 else ''})"
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+class _Workers:
+    """Up to `size` worker processes for one reward file, started as calls need them; each call
+    holds one worker until it answers. A worker that dies is replaced by the next call."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[_Worker] = []
+        self._all: set[_Worker] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def call(self, args: tuple[Any, ...]) -> Any:
+        with self._slots:
+            with self._lock:
+                if self._closed:
+                    raise _WorkerDied("was stopped (the file changed, or Python is exiting)")
+                worker = self._idle.pop() if self._idle else _Worker(self.path)
+                self._all.add(worker)
+            try:
+                result = worker.call(args)
+            except _RaisedInWorker:
+                self._release(worker)
+                raise
+            except BaseException:  # dead, or cut off mid-reply: it cannot be trusted again
+                self._discard(worker)
+                raise
+            self._release(worker)
+            return result
+
+    def _release(self, worker: _Worker) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(worker)
+                return
+        self._discard(worker)
+
+    def _discard(self, worker: _Worker) -> None:
+        with self._lock:
+            self._all.discard(worker)
+        worker.kill()
+
+    def close(self) -> None:
+        """Kill every worker, busy ones too: a call waiting on one ends with `_WorkerDied`."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            busy = self._all.difference(idle)
+            self._all.clear()
+        for worker in idle:
+            worker.kill()
+        for worker in busy:  # its caller reads the end of its output, then closes it
+            worker.proc.kill()
+
+
+_pools: dict[tuple[Path, int], tuple[int, _Workers]] = {}
+"""(file, processes) -> (the file's mtime its workers imported, the workers)."""
+_pools_lock = threading.Lock()
+
+
+def _workers(file: tuple[Path, int], processes: int) -> _Workers:
+    path, mtime_ns = file
+    with _pools_lock:
+        current = _pools.get((path, processes))
+        if current is not None and current[0] == mtime_ns:
+            return current[1]
+        if current is not None:  # the file changed on disk: its old workers go
+            current[1].close()
+        workers = _Workers(path, processes)
+        _pools[(path, processes)] = (mtime_ns, workers)
+        return workers
+
+
+def _close_all() -> None:
+    with _pools_lock:
+        pools = [workers for _, workers in _pools.values()]
+        _pools.clear()
+    for workers in pools:
+        workers.close()
+
+
+# Python waits for its threads before atexit handlers run, and a thread waiting on a worker
+# stuck in a reward function never ends; hooks registered here run before that wait.
+threading._register_atexit(_close_all)  # type: ignore[attr-defined]
 
 
 def _excerpt(text: str, limit: int = 80) -> str:
