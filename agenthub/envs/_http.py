@@ -1,14 +1,17 @@
 """`JsonEndpoint`: POST JSON to one of several URLs, with the limits every remote scorer needs.
 
 Concurrency limits are shared by every endpoint with the same URLs and policy in one event
-loop, the requests-per-minute budget and the response cache by all of them in the process: an
-environment is built per episode, and the limits must hold across episodes, not per instance.
+loop, the requests-per-minute budget and the response cache by all of them in the process, and
+the rotation of the starting URL by every endpoint with the same URLs in the process: an
+environment is built per episode, and the limits and the spread of load must hold across
+episodes, not per instance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import random
 import ssl
@@ -16,7 +19,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -97,6 +100,7 @@ _Key = tuple[tuple[str, ...], HttpPolicy]
 _shared_lock = threading.Lock()
 _caches: dict[_Key, ResponseCache] = {}
 _rates: dict[_Key, _RateLimiter] = {}
+_rotations: dict[tuple[str, ...], Iterator[int]] = {}
 _semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Key, anyio.Semaphore]]
 _semaphores = weakref.WeakKeyDictionary()
 
@@ -112,6 +116,11 @@ def _rate_limiter(key: _Key) -> _RateLimiter | None:
         return None
     with _shared_lock:
         return _rates.setdefault(key, _RateLimiter(rpm))
+
+
+def _rotation(urls: tuple[str, ...]) -> Iterator[int]:
+    with _shared_lock:
+        return _rotations.setdefault(urls, itertools.count())
 
 
 def _semaphore(key: _Key) -> anyio.Semaphore:
@@ -132,9 +141,11 @@ def _ssl_context() -> ssl.SSLContext:
 class JsonEndpoint:
     """POSTs JSON bodies to `urls` under an `HttpPolicy`; errors are raised as `error`.
 
-    Timeouts, connection errors and 5xx answers are retried with jittered exponential backoff,
-    each retry on the next URL; a 4xx answer is the caller's fault and is raised at once, as is
-    an answer that is not JSON or that `parse` rejects. `service` names the server in messages.
+    Each request starts at the next URL of a rotation shared by the endpoints with these URLs
+    in the process. Timeouts, connection errors and 5xx answers are retried with jittered
+    exponential backoff, each retry on the next URL; a 4xx answer is the caller's fault and is
+    raised at once, as is an answer that is not JSON or that `parse` rejects. `service` names
+    the server in messages.
     """
 
     def __init__(
@@ -155,21 +166,29 @@ class JsonEndpoint:
         self.error = error
         self.key: _Key = (tuple(self.urls), policy)
         self.cache = shared_cache(self.key)
+        self._rotation = _rotation(self.key[0])
         self._client = httpx.AsyncClient(
             timeout=policy.timeout_s, transport=transport, verify=_ssl_context(), headers=headers
         )
 
+    def next_first_url(self) -> int:
+        """The index, modulo the number of URLs, of the URL the next request starts at."""
+        with _shared_lock:
+            return next(self._rotation)
+
     async def post(
-        self, body: dict[str, Any], parse: Callable[[str, Any], T], *, first_url: int = 0
+        self, body: dict[str, Any], parse: Callable[[str, Any], T], *, first_url: int | None = None
     ) -> T:
-        """POST `body` and return `parse(url, answer_json)`, from the cache when allowed."""
+        """POST `body` and return `parse(url, answer_json)`, from the cache when allowed. The
+        first attempt goes to URL `first_url` (default: `next_first_url()`), a retry to the next."""
         cache_key = ResponseCache.key(body) if self.policy.cache_size > 0 else None
         if cache_key is not None:
             hit, value = self.cache.get(cache_key)
             if hit:
                 return value  # type: ignore[no-any-return]
         async with _semaphore(self.key):
-            url, payload = await self._post_with_retries(body, first_url)
+            start = self.next_first_url() if first_url is None else first_url
+            url, payload = await self._post_with_retries(body, start)
         value = parse(url, payload)
         if cache_key is not None:
             self.cache.put(cache_key, value)

@@ -110,3 +110,13 @@ async def test_concurrent_episodes_share_nothing_and_all_score() -> None:
         elapsed = time.monotonic() - start
     assert sorted(rewards) == [float(i) for i in range(20)]
     assert elapsed < 3.0, "episodes must wait on the server concurrently (serial takes 4 s)"
+
+
+async def test_episodes_with_an_env_each_spread_over_the_servers() -> None:
+    with reward_server() as (a, sa), reward_server() as (b, sb):
+        for i in range(4):
+            env = make("reward_func", remote_rm_url=[a, b])
+            await env.reset(Task(id=str(i), prompt="", label=None))
+            await env.step("x")
+            await env.aclose()
+    assert len(sa.requests) == len(sb.requests) == 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -23,10 +22,11 @@ class RemoteRewardModel:
     POST `{"query": [...], "prompts": [...], "labels": [...]}` to each URL; the answer is
     `{"rewards": [...], "scores"?: [...], "extra_logs"?: {...}}`. `score` splits a batch into
     contiguous non-empty chunks over the URLs (never an empty request), rotating the starting
-    URL so that single samples spread across servers. `score_batched` scores one sample and
-    joins concurrent callers (from any number of clients with the same URLs and policy) into
-    batches of up to `max_batch_size`. Retries, timeouts, limits and caching follow `policy`
-    (see `HttpPolicy`); a failure raises `RewardModelError`, never a silent 0.
+    URL process-wide, per list of URLs, so that single samples spread across servers even
+    with a client per episode. `score_batched` scores one sample and joins concurrent callers
+    (from any number of clients with the same URLs and policy) into batches of up to
+    `max_batch_size`. Retries, timeouts, limits and caching follow `policy` (see `HttpPolicy`);
+    a failure raises `RewardModelError`, never a silent 0.
     """
 
     def __init__(
@@ -51,7 +51,6 @@ class RemoteRewardModel:
         self.max_batch_size = max_batch_size
         self.batch_window_s = batch_window_s
         self._transport = transport
-        self._next = itertools.count()
 
     async def score(
         self, queries: list[str], prompts: list[str], labels: list[Any]
@@ -63,7 +62,7 @@ class RemoteRewardModel:
             raise ValueError("queries, prompts and labels must have the same length")
         k = min(len(self.urls), n)
         bounds = [(i * n // k, (i + 1) * n // k) for i in range(k)]
-        start = next(self._next)
+        start = self._endpoint.next_first_url()
         results: list[RewardOutput | None] = [None] * k
         errors: list[RewardModelError] = []
 
