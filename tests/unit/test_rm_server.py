@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from agenthub import AgentHubError
+from agenthub import AgentHubError, RewardFuncError
 from agenthub.envs.judge._rm_server import BadRequest, Scorer, build_app, parse_request
 from agenthub.envs.reward_func import RewardFunction, RewardOutput
 from tests.tiny_model import build_model, build_openrlhf_reward_model, build_sequence_classifier
@@ -93,6 +93,20 @@ def test_a_scorer_exception_fails_its_request_with_the_reason_and_the_server_kee
     assert later.status_code == 200 and later.json() == {"rewards": [2.0, 1.0]}
     assert health.status_code == 200
     assert health.json()["status"] == "ok" and health.json()["failed"] == 1
+
+
+@pytest.mark.timeout(30)
+def test_a_reward_function_error_is_logged_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    scorer = _FailsOnce(RewardFuncError("reward_func.py raised on query 0: KeyError: 'answer'"))
+    with TestClient(build_app(scorer, name="flaky")) as client:
+        failed = client.post("/get_reward", json={"query": ["ab"]})
+    assert failed.json()["detail"] == (
+        "scoring failed: reward_func.py raised on query 0: KeyError: 'answer'"
+    )
+    [record] = [r for r in caplog.records if r.name == "agenthub.serve_rm"]
+    assert record.exc_info is not None and record.exc_info[0] is RewardFuncError
 
 
 class _Crash(BaseException):

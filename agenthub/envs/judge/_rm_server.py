@@ -169,10 +169,10 @@ class _Batcher:
                     await self._score([request])
                 return
             self.stats.failed += 1
-            if isinstance(exc, AgentHubError):
+            _logger.error("agenthub serve-rm: scoring failed", exc_info=exc)
+            if isinstance(exc, AgentHubError):  # its message is written for the client
                 batch[0].error = str(exc)
-            else:  # not an error the scorer meant to raise: its traceback goes to the log
-                _logger.error("agenthub serve-rm: scoring failed", exc_info=exc)
+            else:
                 batch[0].error = f"{_describe(exc)} (the server's log has the traceback)"
         else:
             for request, part in zip(batch, outputs, strict=True):
