@@ -194,10 +194,11 @@ def eval_command(args: argparse.Namespace) -> int:
         causes = ", ".join(f"{c} x{n}" for c, n in summary["errors"].items())
         last = failed[-1].error
         assert last is not None
+        message = last.message.rstrip(".")
         print(
             f"agenthub: {len(failed)} of {len(trajectories)} episodes ended in errors ({causes}) "
             f"and count as reward 0 above; the last, task {failed[-1].task_id!r}: {last.cause}: "
-            f"{last.message}. Each is in {TRAJECTORIES} with its error; running the same "
+            f"{message}. Each is in {TRAJECTORIES} with its error; running the same "
             "command again re-runs them.",
             file=sys.stderr,
         )

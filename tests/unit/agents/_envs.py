@@ -13,8 +13,8 @@ from agenthub import Env, Message, RewardFuncError, Step, Task, Transcript, tran
 class TrackedEnv(Env[list[Message]]):
     """Counts down from the task's label; behaviour per task comes from `task.metadata`:
     `fail_at` (turn whose step raises), `step_delay_s`, `step_block_s` (blocks the loop),
-    `score_error` (raise a scoring error), `close_error` (`aclose` raises), `role` (of the
-    messages `step` answers with), `wrong_return`
+    `score_error` (raise a scoring error; a string is its message), `close_error` (`aclose`
+    raises), `role` (of the messages `step` answers with), `wrong_return`
     (`reset` or `step` returns a wrong type: "reset_obs_only", "step_tuple", "step_dicts",
     "step_int_flag")."""
 
@@ -63,8 +63,9 @@ class TrackedEnv(Env[list[Message]]):
                 raise ValueError(f"broken at turn {self.turn}")
             if self.meta.get("exit_at") == self.turn:
                 raise SystemExit(f"sys.exit at turn {self.turn}")
-            if self.meta.get("score_error"):
-                raise RewardFuncError("reward file returned a string")
+            if error := self.meta.get("score_error"):
+                message = error if isinstance(error, str) else "reward file returned a string"
+                raise RewardFuncError(message)
             self.remaining -= 1
             done = self.remaining <= 0
             wrong = self.meta.get("wrong_return")

@@ -155,6 +155,18 @@ def tracked(chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return _record_generations(chat, monkeypatch)
 
 
+def test_the_last_error_is_quoted_without_a_doubled_period(
+    tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out"
+    row = {"id": "a", "prompt": "Go.", "label": 1, "score_error": "raise the timeout."}
+    tasks.write_text(json.dumps(row) + "\n")
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "--out", str(out)]
+    assert main(command) == 1
+    said = capsys.readouterr().err
+    assert "score_error: RewardFuncError: raise the timeout. Each is in" in said
+
+
 def test_a_rerun_plays_the_episodes_that_failed_and_only_the_missing_samples(
     tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
