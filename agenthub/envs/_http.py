@@ -21,7 +21,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import httpx
@@ -38,7 +38,8 @@ class HttpPolicy:
     timeout_s: float = 30.0
     """Per attempt, connecting included."""
     max_retries: int = 3
-    """Further attempts after a timeout, connection error or 5xx answer (never after a 4xx)."""
+    """Further attempts after a timeout, connection error, 5xx, 408 or 429 answer (never after
+    another 4xx)."""
     backoff_s: float = 0.5
     """Base of the jittered exponential backoff between attempts."""
     max_concurrency: int = 64
@@ -142,10 +143,11 @@ class JsonEndpoint:
     """POSTs JSON bodies to `urls` under an `HttpPolicy`; errors are raised as `error`.
 
     Each request starts at the next URL of a rotation shared by the endpoints with these URLs
-    in the process. Timeouts, connection errors and 5xx answers are retried with jittered
-    exponential backoff, each retry on the next URL; a 4xx answer is the caller's fault and is
-    raised at once, as is an answer that is not JSON or that `parse` rejects. `service` names
-    the server in messages.
+    in the process. Timeouts, connection errors, 5xx, 408 and 429 answers are retried with
+    jittered exponential backoff, or after the seconds of a `Retry-After` header (capped at the
+    timeout and at 60 s), each retry on the next URL; another 4xx answer is the caller's fault
+    and is raised at once, as is an answer that is not JSON or that `parse` rejects. `service`
+    names the server in messages; a failure quotes what each attempt got, answers included.
     """
 
     def __init__(
@@ -196,26 +198,33 @@ class JsonEndpoint:
 
     async def _post_with_retries(self, body: dict[str, Any], first_url: int) -> tuple[str, Any]:
         policy, rate = self.policy, _rate_limiter(self.key)
-        failures: list[str] = []
+        failures: list[_Failure] = []
+        retry_after: float | None = None
         for attempt in range(policy.max_retries + 1):
             url = self.urls[(first_url + attempt) % len(self.urls)]
             if attempt:
-                await anyio.sleep(policy.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+                backoff = policy.backoff_s * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                await anyio.sleep(backoff if retry_after is None else retry_after)
             if rate is not None:
                 await rate.wait()
             try:
                 with anyio.fail_after(policy.timeout_s):
                     response = await self._client.post(url, json=body)
             except (httpx.TransportError, TimeoutError) as exc:
-                failures.append(f"{url}: {type(exc).__name__} {exc}".strip())
+                timed_out = isinstance(exc, httpx.TimeoutException | TimeoutError)
+                what = f"{type(exc).__name__} {exc}".strip().rstrip(".")
+                failures.append(_Failure(url, "timeout" if timed_out else "unreachable", what))
+                retry_after = None
                 continue
-            if response.status_code >= 500:
-                failures.append(f"{url}: HTTP {response.status_code}")
+            status = response.status_code
+            if status >= 500 or status in _TRY_AGAIN:
+                failures.append(_Failure(url, "answered", f"HTTP {status}: {_excerpt(response)}"))
+                retry_after = _retry_after(response, cap_s=min(policy.timeout_s, 60.0))
                 continue
-            if response.status_code >= 400:
+            if status >= 400:
                 raise self.error(
                     f"{self.service} {url} rejected the request with HTTP "
-                    f"{response.status_code}: {response.text[:300]}"
+                    f"{status}: {response.text[:300]}"
                 )
             try:
                 return url, response.json()
@@ -223,11 +232,57 @@ class JsonEndpoint:
                 raise self.error(
                     f"{self.service} {url} answered non-JSON: {response.text[:200]!r}"
                 ) from exc
-        raise self.error(
-            f"{self.service} did not answer after {len(failures)} attempts "
-            f"(timeout {policy.timeout_s:g} s each): {'; '.join(failures)}. Check that the server "
-            "is running and reachable, or raise the timeout."
-        )
+        raise self.error(_gave_up(self.service, failures, policy.timeout_s))
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+_TRY_AGAIN = frozenset({408, 429})
+"""4xx statuses retried like a 5xx: Request Timeout and Too Many Requests ask to try again."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    url: str
+    kind: Literal["answered", "timeout", "unreachable"]
+    what: str
+
+
+_HINTS = {
+    "answered": "the server's answers say why",
+    "timeout": "raise the timeout if the server is only slow",
+    "unreachable": "check that the server is running and reachable at that URL",
+}
+
+
+def _gave_up(service: str, failures: list[_Failure], timeout_s: float) -> str:
+    n = len(failures)
+    attempts = f"{n} attempt{'' if n == 1 else 's'}"
+    kinds = {f.kind for f in failures}
+    if kinds == {"answered"}:
+        summary = f"answered {attempts} with an error status"
+    elif kinds == {"unreachable"}:
+        summary = f"could not be reached in {attempts}"
+    elif kinds == {"timeout"}:
+        summary = f"did not answer after {attempts} (timeout {timeout_s:g} s each)"
+    else:
+        summary = f"failed {attempts} (timeout {timeout_s:g} s each)"
+    detail = "; ".join(f"{f.url}: {f.what}" for f in failures)
+    hint = "; ".join(h for kind, h in _HINTS.items() if kind in kinds)
+    return f"{service} {summary}: {detail}. {hint[0].upper()}{hint[1:]}."
+
+
+def _excerpt(response: httpx.Response, limit: int = 300) -> str:
+    text = " ".join(response.text.split())
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _retry_after(response: httpx.Response, *, cap_s: float) -> float | None:
+    """The delay a `Retry-After: SECONDS` header asks for, at most `cap_s`; None without one
+    (an HTTP date is not read)."""
+    try:
+        seconds = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return min(seconds, cap_s) if 0 <= seconds < float("inf") else None

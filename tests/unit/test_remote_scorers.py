@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
+from agenthub import RewardModelError
 from agenthub.envs.judge import LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
 
@@ -68,3 +70,81 @@ async def test_llm_judge_requests_rotate_over_the_urls_across_clients() -> None:
         await judge.aclose()
     hosts = [r.url.host for r in seen]
     assert hosts.count("judge-a.test") == hosts.count("judge-b.test") == 2
+
+
+# --- what is retried, and what a failure says
+
+
+def scripted(*answers: httpx.Response | Exception) -> tuple[httpx.MockTransport, list[float]]:
+    """A server giving `answers` in turn (an exception: no answer), then rewards; and the
+    times of the requests."""
+    times: list[float] = []
+    queue = list(answers)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        times.append(time.monotonic())
+        if not queue:
+            return rewards_by_length(request)
+        answer = queue.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return httpx.MockTransport(handle), times
+
+
+def client(transport: httpx.MockTransport, **kwargs: Any) -> RemoteRewardModel:
+    policy = {"timeout_s": 5.0, "max_retries": 1, "backoff_s": 0.001, **kwargs}
+    return RemoteRewardModel("http://rm.test/get_reward", transport=transport, **policy)
+
+
+async def failure(transport: httpx.MockTransport, **kwargs: Any) -> str:
+    rm = client(transport, **kwargs)
+    with pytest.raises(RewardModelError) as raised:
+        await rm.score(["q"], ["p"], [""])
+    await rm.aclose()
+    return str(raised.value)
+
+
+async def test_a_server_answering_errors_is_quoted_not_called_unreachable() -> None:
+    oom = httpx.Response(500, text='{"detail": "CUDA out of memory. Tried to allocate 2 GiB"}')
+    message = await failure(scripted(oom, oom)[0])
+    assert message.startswith("reward server answered 2 attempts with an error status: ")
+    assert 'HTTP 500: \'{"detail": "CUDA out of memory. Tried to allocate 2 GiB"}\'' in message
+    assert "did not answer" not in message and "running and reachable" not in message
+    once = await failure(scripted(oom)[0], max_retries=0)
+    assert "answered 1 attempt with an error status" in once
+
+
+async def test_a_failure_is_worded_by_what_happened() -> None:
+    refused = httpx.ConnectError("All connection attempts failed.")
+    message = await failure(scripted(refused, refused)[0])
+    assert message.startswith("reward server could not be reached in 2 attempts: ")
+    assert message.endswith("Check that the server is running and reachable at that URL.")
+    assert ".." not in message
+    slow = httpx.ReadTimeout("timed out")
+    message = await failure(scripted(slow, slow)[0], timeout_s=2.5)
+    assert message.startswith("reward server did not answer after 2 attempts (timeout 2.5 s each)")
+    assert "Raise the timeout" in message and "running and reachable" not in message
+    message = await failure(scripted(slow, httpx.Response(503, text="overloaded"))[0])
+    assert message.startswith("reward server failed 2 attempts (timeout 5 s each): ")
+    assert "ReadTimeout timed out; " in message and "HTTP 503: 'overloaded'" in message
+
+
+@pytest.mark.parametrize("status", [408, 429])
+async def test_too_many_requests_and_request_timeout_are_retried_after_the_asked_delay(
+    status: int,
+) -> None:
+    transport, times = scripted(httpx.Response(status, headers={"Retry-After": "0.3"}))
+    rm = client(transport)
+    assert (await rm.score(["qq"], ["p"], [""])).rewards == [2.0]
+    await rm.aclose()
+    assert len(times) == 2 and times[1] - times[0] >= 0.3
+
+
+async def test_a_long_retry_after_is_capped_at_the_timeout() -> None:
+    transport, times = scripted(httpx.Response(429, headers={"Retry-After": "3600"}))
+    rm = client(transport, timeout_s=0.2)
+    assert (await rm.score(["qq"], ["p"], [""])).rewards == [2.0]
+    await rm.aclose()
+    assert 0.2 <= times[1] - times[0] < 2

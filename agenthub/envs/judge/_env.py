@@ -36,10 +36,11 @@ class JudgeEnv(Env[list[Message]]):
       a run steps the env; elsewhere the prompt as text and that text followed by the reply.
 
     Both share the client policy: `timeout_s` per attempt, `max_retries` with jittered backoff
-    on timeouts, connection errors and 5xx (not 4xx), `max_concurrency` requests in flight per
-    event loop, `requests_per_minute`, and a cache of `cache_size` answers keyed by the request.
-    A judge that fails or answers something unusable makes `step` raise `JudgeError` (LLM) or
-    `RewardModelError` (reward model): a typed error on the episode, never a silent 0.
+    on timeouts, connection errors, 5xx, 408 and 429 (not another 4xx), `max_concurrency`
+    requests in flight per event loop, `requests_per_minute`, and a cache of `cache_size`
+    answers keyed by the request. A judge that fails or answers something unusable makes
+    `step` raise `JudgeError` (LLM) or `RewardModelError` (reward model): a typed error on the
+    episode, never a silent 0.
 
     Tasks come from JSONL files `dataset` (`train`) and `eval_dataset` (`held_out`), with the
     prompt under `input_key` and the reference answer (optional) under `label_key`.
