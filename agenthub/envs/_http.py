@@ -148,6 +148,7 @@ class JsonEndpoint:
     timeout and at 60 s), each retry on the next URL; another 4xx answer is the caller's fault
     and is raised at once, as is an answer that is not JSON or that `parse` rejects. `service`
     names the server in messages; a failure quotes what each attempt got, answers included.
+    When an attempt got no answer, the error's `__cause__` is why (see `server_answered`).
     """
 
     def __init__(
@@ -199,6 +200,7 @@ class JsonEndpoint:
     async def _post_with_retries(self, body: dict[str, Any], first_url: int) -> tuple[str, Any]:
         policy, rate = self.policy, _rate_limiter(self.key)
         failures: list[_Failure] = []
+        no_answer: BaseException | None = None
         retry_after: float | None = None
         for attempt in range(policy.max_retries + 1):
             url = self.urls[(first_url + attempt) % len(self.urls)]
@@ -214,7 +216,7 @@ class JsonEndpoint:
                 timed_out = isinstance(exc, httpx.TimeoutException | TimeoutError)
                 what = f"{type(exc).__name__} {exc}".strip().rstrip(".")
                 failures.append(_Failure(url, "timeout" if timed_out else "unreachable", what))
-                retry_after = None
+                no_answer, retry_after = exc, None
                 continue
             status = response.status_code
             if status >= 500 or status in _TRY_AGAIN:
@@ -232,10 +234,17 @@ class JsonEndpoint:
                 raise self.error(
                     f"{self.service} {url} answered non-JSON: {response.text[:200]!r}"
                 ) from exc
-        raise self.error(_gave_up(self.service, failures, policy.timeout_s))
+        raise self.error(_gave_up(self.service, failures, policy.timeout_s)) from no_answer
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def server_answered(exc: BaseException) -> bool:
+    """Whether an endpoint's error comes from what servers answered (an error status, an
+    answer that cannot be used), not from an attempt that got no answer (a timeout, a refused
+    connection): only then may the request itself be to blame."""
+    return not isinstance(exc.__cause__, httpx.TransportError | TimeoutError)
 
 
 _TRY_AGAIN = frozenset({408, 429})

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -148,3 +149,73 @@ async def test_a_long_retry_after_is_capped_at_the_timeout() -> None:
     assert (await rm.score(["qq"], ["p"], [""])).rewards == [2.0]
     await rm.aclose()
     assert 0.2 <= times[1] - times[0] < 2
+
+
+# --- batching
+
+
+def refuses_bad(answer: httpx.Response) -> Handler:
+    """A reward server that gives `answer` to a request holding the query "bad"."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        return (
+            answer if "bad" in json.loads(request.content)["query"] else rewards_by_length(request)
+        )
+
+    return handle
+
+
+async def score_together(rm: RemoteRewardModel, queries: list[str]) -> dict[str, float | str]:
+    outcomes: dict[str, float | str] = {}
+
+    async def one(query: str) -> None:
+        try:
+            outcomes[query] = (await rm.score_batched(query, "", "")).rewards[0]
+        except RewardModelError as exc:
+            outcomes[query] = str(exc)
+
+    async with anyio.create_task_group() as group:
+        for query in queries:
+            group.start_soon(one, query)
+    return outcomes
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (httpx.Response(500, text="cannot score 'bad'"), "cannot score 'bad'"),
+        (httpx.Response(422, text="bad label"), "HTTP 422: bad label"),
+        (httpx.Response(200, text="<html>"), "non-JSON"),
+        (httpx.Response(200, json={"rewards": ["high"]}), "finite number"),
+    ],
+)
+async def test_a_sample_the_server_refuses_fails_alone_not_its_batch(
+    answer: httpx.Response, message: str
+) -> None:
+    seen: list[httpx.Request] = []
+    transport = recording(refuses_bad(answer), seen)
+    rm = RemoteRewardModel(
+        "http://rm.test/get_reward", max_retries=0, batch_window_s=0.05, transport=transport
+    )
+    outcomes = await score_together(rm, ["good", "bad", "fine"])
+    await rm.aclose()
+    assert (outcomes["good"], outcomes["fine"]) == (4.0, 4.0)
+    assert message in str(outcomes["bad"])
+    assert [len(json.loads(r.content)["query"]) for r in seen] == [3, 1, 1, 1]
+
+
+async def test_a_batch_that_got_no_answer_is_not_sent_again_sample_by_sample() -> None:
+    seen: list[httpx.Request] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    transport = recording(refuse, seen)
+    rm = RemoteRewardModel(
+        "http://down.test/get_reward", max_retries=1, backoff_s=0.001, batch_window_s=0.05,
+        transport=transport,
+    )  # fmt: skip
+    outcomes = await score_together(rm, ["a", "b", "c"])
+    await rm.aclose()
+    assert all("could not be reached" in str(o) for o in outcomes.values())
+    assert len(seen) == 2, "one batch, retried once"

@@ -31,9 +31,11 @@ class JudgeEnv(Env[list[Message]]):
       named by `api_key_env`, if set.
     - `rm_url`: reward servers speaking OpenRLHF's `/get_reward` protocol (one URL or a list).
       Samples from concurrent episodes are sent together in batches of up to
-      `max_batch_size`. As in OpenRLHF, `query` is the whole decoded sequence (templated
-      prompt, then the reply, special tokens kept) and `prompts` the templated prompt while
-      a run steps the env; elsewhere the prompt as text and that text followed by the reply.
+      `max_batch_size`; a batch the server refuses is sent again a sample per request, so
+      that one bad sample fails only its own episode. As in OpenRLHF, `query` is the whole
+      decoded sequence (templated prompt, then the reply, special tokens kept) and `prompts`
+      the templated prompt while a run steps the env; elsewhere the prompt as text and that
+      text followed by the reply.
 
     Both share the client policy: `timeout_s` per attempt, `max_retries` with jittered backoff
     on timeouts, connection errors, 5xx, 408 and 429 (not another 4xx), `max_concurrency`

@@ -12,7 +12,7 @@ import anyio
 import httpx
 
 from agenthub._errors import RewardModelError
-from agenthub.envs._http import HttpPolicy, JsonEndpoint, ResponseCache
+from agenthub.envs._http import HttpPolicy, JsonEndpoint, ResponseCache, server_answered
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
 
 
@@ -125,7 +125,9 @@ class _Batcher:
     """Collects samples from concurrent callers; sends at most `max_concurrency` batches at once.
 
     Flushes run as tasks of the event loop, not of any caller, so one cancelled episode never
-    strands the samples of others; every flush resolves every future it took.
+    strands the samples of others; every flush resolves every future it took. A batch the
+    server refuses is sent again sample by sample (see `_score_each`), so that one bad sample
+    does not fail the episodes batched with it.
     """
 
     def __init__(self, model: RemoteRewardModel) -> None:
@@ -158,16 +160,16 @@ class _Batcher:
                 return
             client = self.model._flush_client()
             try:
-                output = await client.score(
-                    [e.sample[0] for e in batch],
-                    [e.sample[1] for e in batch],
-                    [e.sample[2] for e in batch],
-                )
+                results = await _score_each(client, [e.sample for e in batch])
             finally:
                 await client.aclose()
-            for i, entry in enumerate(batch):
-                if not entry.future.done():
-                    entry.future.set_result(_one(output, i))
+            for entry, result in zip(batch, results, strict=True):
+                if entry.future.done():
+                    continue
+                if isinstance(result, RewardModelError):
+                    entry.future.set_exception(result)
+                else:
+                    entry.future.set_result(result)
         except BaseException as exc:
             for entry in batch:
                 if not entry.future.done():
@@ -183,6 +185,32 @@ class _Batcher:
         finally:
             self.in_flight -= 1
             self._maybe_flush(asyncio.get_running_loop())
+
+
+async def _score_each(
+    client: RemoteRewardModel, samples: list[tuple[str, str, Any]]
+) -> list[RewardOutput | RewardModelError]:
+    """One result per sample. A batch that servers answered with an error, or with an answer
+    that cannot be used, is sent again a sample per request, so that only the samples to blame
+    fail; one that got no answer (timeouts, refused connections) fails whole, as waiting once
+    per sample would multiply the wait."""
+    try:
+        output = await client.score(
+            [s[0] for s in samples], [s[1] for s in samples], [s[2] for s in samples]
+        )
+    except RewardModelError as exc:
+        if len(samples) == 1 or not server_answered(exc):
+            return [exc] * len(samples)
+        results: list[RewardOutput | RewardModelError] = [exc] * len(samples)
+
+        async def alone(i: int) -> None:
+            results[i] = (await _score_each(client, [samples[i]]))[0]
+
+        async with anyio.create_task_group() as group:
+            for i in range(len(samples)):
+                group.start_soon(alone, i)
+        return results
+    return [_one(output, i) for i in range(len(samples))]
 
 
 _batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, _Batcher]]
