@@ -133,6 +133,33 @@ def _semaphore(key: _Key) -> anyio.Semaphore:
         return per_loop[key]
 
 
+def url_list(urls: str | Sequence[str], *, argument: str, example: str) -> list[str]:
+    """`urls` as a list of HTTP URLs; a string may hold several separated by commas, as
+    OpenRLHF's `--remote_rm_url` does. Raises `ValueError` naming `argument` for an entry that
+    is not an `http://` or `https://` URL with a host, showing `example`."""
+    entries = urls.split(",") if isinstance(urls, str) else list(urls)
+    found = [url.strip() for url in entries if url.strip()]
+    if not found:
+        raise ValueError(f"{argument} needs at least one URL, such as {example}")
+    for url in found:
+        if url.endswith(".py"):
+            raise ValueError(
+                f"{argument}: {url!r} is a Python file, not a URL; a reward function file goes "
+                f"to the reward_func env as reward_func={url!r} (one file, no URLs), or is "
+                f"served with `agenthub serve-rm --reward-func {url}`"
+            )
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL:
+            parsed = None
+        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(
+                f"{argument}: {url!r} is not an HTTP URL; write it as {example} (http:// or "
+                "https://, the host, then the port and path)"
+            )
+    return found
+
+
 @functools.cache
 def _ssl_context() -> ssl.SSLContext:
     # Building a context loads the CA bundle (~30 ms); one env per episode must not pay that.
@@ -142,13 +169,14 @@ def _ssl_context() -> ssl.SSLContext:
 class JsonEndpoint:
     """POSTs JSON bodies to `urls` under an `HttpPolicy`; errors are raised as `error`.
 
-    Each request starts at the next URL of a rotation shared by the endpoints with these URLs
-    in the process. Timeouts, connection errors, 5xx, 408 and 429 answers are retried with
-    jittered exponential backoff, or after the seconds of a `Retry-After` header (capped at the
-    timeout and at 60 s), each retry on the next URL; another 4xx answer is the caller's fault
-    and is raised at once, as is an answer that is not JSON or that `parse` rejects. `service`
-    names the server in messages; a failure quotes what each attempt got, answers included.
-    When an attempt got no answer, the error's `__cause__` is why (see `server_answered`).
+    Redirects are followed. Each request starts at the next URL of a rotation shared by the
+    endpoints with these URLs in the process. Timeouts, connection errors, 5xx, 408 and 429
+    answers are retried with jittered exponential backoff, or after the seconds of a
+    `Retry-After` header (capped at the timeout and at 60 s), each retry on the next URL;
+    another 4xx answer is the caller's fault and is raised at once, as is an answer that is not
+    JSON or that `parse` rejects. `service` names the server in messages; a failure quotes what
+    each attempt got, answers included. When an attempt got no answer, the error's `__cause__`
+    is why (see `server_answered`).
     """
 
     def __init__(
@@ -171,7 +199,11 @@ class JsonEndpoint:
         self.cache = shared_cache(self.key)
         self._rotation = _rotation(self.key[0])
         self._client = httpx.AsyncClient(
-            timeout=policy.timeout_s, transport=transport, verify=_ssl_context(), headers=headers
+            timeout=policy.timeout_s,
+            transport=transport,
+            verify=_ssl_context(),
+            headers=headers,
+            follow_redirects=True,  # a 307 or 308 repeats the POST with its body
         )
 
     def next_first_url(self) -> int:

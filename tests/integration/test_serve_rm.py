@@ -134,9 +134,10 @@ def test_concurrent_requests_are_batched(plain_server: str) -> None:
     assert after["batches"] - before["batches"] < 60
 
 
-def test_judge_env_scores_through_serve_rm(plain_server: str) -> None:
+@pytest.mark.parametrize("path", ["/get_reward", "/get_reward/"])
+def test_judge_env_scores_through_serve_rm(plain_server: str, path: str) -> None:
     async def main() -> float:
-        env = make("judge", rm_url=f"{plain_server}/get_reward")
+        env = make("judge", rm_url=f"{plain_server}{path}")
         await env.reset(Task(id="t", prompt="2+3=", label="5"))
         reward = (await env.step("5")).reward
         await env.aclose()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from agenthub import RewardModelError
+from agenthub import EnvArgumentsError, RewardModelError, make
 from agenthub.envs.judge import LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
 
@@ -219,3 +220,73 @@ async def test_a_batch_that_got_no_answer_is_not_sent_again_sample_by_sample() -
     await rm.aclose()
     assert all("could not be reached" in str(o) for o in outcomes.values())
     assert len(seen) == 2, "one batch, retried once"
+
+
+# --- URLs
+
+
+async def test_a_redirect_is_followed_with_the_same_request() -> None:
+    seen: list[httpx.Request] = []
+
+    def slash_redirects(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/"):
+            return httpx.Response(307, headers={"Location": "/get_reward"})
+        return rewards_by_length(request)
+
+    rm = RemoteRewardModel("http://rm.test/get_reward/", transport=recording(slash_redirects, seen))
+    assert (await rm.score(["qq"], ["p"], [""])).rewards == [2.0]
+    await rm.aclose()
+    assert [(r.method, r.url.path, r.content) for r in seen][1:] == [
+        ("POST", "/get_reward", seen[0].content)
+    ]
+
+
+async def test_urls_may_be_given_comma_separated_as_openrlhf_takes_them() -> None:
+    seen: list[httpx.Request] = []
+    urls = "http://comma-a.test/get_reward, http://comma-b.test/get_reward"
+    rm = RemoteRewardModel(urls, transport=recording(rewards_by_length, seen))
+    assert (await rm.score(["q", "qq"], ["", ""], ["", ""])).rewards == [1.0, 2.0]
+    await rm.aclose()
+    assert sorted(r.url.host for r in seen) == ["comma-a.test", "comma-b.test"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            {"remote_rm_url": "127.0.0.1:8000/get_reward"},
+            "remote_rm_url: '127.0.0.1:8000/get_reward' is not an HTTP URL; write it as "
+            "http://host:5000/get_reward",
+        ),
+        ({"remote_rm_url": ["http://rm.test/get_reward", "rm.py"]}, "reward_func='rm.py'"),
+        ({"remote_rm_url": "http://rm.test/get_reward,rm.py"}, "reward_func='rm.py'"),
+        ({"remote_rm_url": "http://rm.test/get_reward,"}, None),
+    ],
+)
+def test_reward_server_urls_are_checked_when_the_env_is_made(
+    arguments: dict[str, Any], message: str | None
+) -> None:
+    if message is None:
+        make("reward_func", **arguments)
+        return
+    with pytest.raises(EnvArgumentsError) as raised:
+        make("reward_func", **arguments)
+    assert message in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"rm_url": "localhost:5000"}, "rm_url: 'localhost:5000' is not an HTTP URL"),
+        ({"rm_url": ["rm.py"]}, "a Python file, not a URL"),
+        (
+            {"judge_url": "ftp://judge.test/v1", "judge_model": "m"},
+            "judge_url: 'ftp://judge.test/v1' is not an HTTP URL; write it as http://host:8000/v1",
+        ),
+    ],
+)
+def test_judge_urls_are_checked_when_the_env_is_made(
+    arguments: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(EnvArgumentsError, match=re.escape(message)):
+        make("judge", **arguments)

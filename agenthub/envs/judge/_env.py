@@ -6,10 +6,11 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
-from agenthub.envs._http import HttpPolicy
+from agenthub.envs._http import HttpPolicy, url_list
 from agenthub.envs._tasks import dataset_splits, no_dataset_for, read_jsonl_tasks, scored_texts
-from agenthub.envs.judge._llm import DEFAULT_RUBRIC, LLMJudge
+from agenthub.envs.judge._llm import DEFAULT_RUBRIC, EXAMPLE_BASE_URL, LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
+from agenthub.envs.reward_func._remote import EXAMPLE_URL
 
 
 def render_prompt(task: Task) -> str:
@@ -25,17 +26,17 @@ class JudgeEnv(Env[list[Message]]):
     Give exactly one judge:
 
     - `judge_url` and `judge_model`: an LLM judge on any OpenAI-compatible server (one base URL
-      such as `http://host:8000/v1`, or a list). `rubric` is the grading prompt (see
-      `DEFAULT_RUBRIC` for its placeholders); the reward is the parsed score scaled from
-      [min_score, max_score] to [0, 1]. The API key is read from the environment variable
-      named by `api_key_env`, if set.
-    - `rm_url`: reward servers speaking OpenRLHF's `/get_reward` protocol (one URL or a list).
-      Samples from concurrent episodes are sent together in batches of up to
-      `max_batch_size`; a batch the server refuses is sent again a sample per request, so
-      that one bad sample fails only its own episode. As in OpenRLHF, `query` is the whole
-      decoded sequence (templated prompt, then the reply, special tokens kept) and `prompts`
-      the templated prompt while a run steps the env; elsewhere the prompt as text and that
-      text followed by the reply.
+      such as `http://host:8000/v1`, a list, or several separated by commas). `rubric` is the
+      grading prompt (see `DEFAULT_RUBRIC` for its placeholders); the reward is the parsed score
+      scaled from [min_score, max_score] to [0, 1]. The API key is read from the environment
+      variable named by `api_key_env`, if set.
+    - `rm_url`: reward servers speaking OpenRLHF's `/get_reward` protocol (one URL, a list, or
+      several separated by commas). Samples from concurrent episodes are sent together in
+      batches of up to `max_batch_size`; a batch the server refuses is sent again a sample per
+      request, so that one bad sample fails only its own episode. As in OpenRLHF, `query` is the
+      whole decoded sequence (templated prompt, then the reply, special tokens kept) and
+      `prompts` the templated prompt while a run steps the env; elsewhere the prompt as text and
+      that text followed by the reply.
 
     Both share the client policy: `timeout_s` per attempt, `max_retries` with jittered backoff
     on timeouts, connection errors, 5xx, 408 and 429 (not another 4xx), `max_concurrency`
@@ -89,7 +90,7 @@ class JudgeEnv(Env[list[Message]]):
             if not judge_model:
                 raise ValueError("an LLM judge needs judge_model=NAME (the model the server runs)")
             self._llm = LLMJudge(
-                judge_url,
+                url_list(judge_url, argument="judge_url", example=EXAMPLE_BASE_URL),
                 judge_model,
                 rubric=rubric,
                 min_score=min_score,
@@ -99,7 +100,8 @@ class JudgeEnv(Env[list[Message]]):
             )
         else:
             assert rm_url is not None
-            self._rm = RemoteRewardModel(rm_url, policy=policy, max_batch_size=max_batch_size)
+            urls = url_list(rm_url, argument="rm_url", example=EXAMPLE_URL)
+            self._rm = RemoteRewardModel(urls, policy=policy, max_batch_size=max_batch_size)
         self._datasets = dataset_splits(dataset, eval_dataset)
         self._input_key = input_key
         self._label_key = label_key

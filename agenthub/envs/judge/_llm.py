@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from agenthub._errors import AgentHubError
-from agenthub.envs._http import HttpPolicy, JsonEndpoint
+from agenthub.envs._http import HttpPolicy, JsonEndpoint, url_list
 
 DEFAULT_RUBRIC = """You are grading a response to a task.
 
@@ -28,6 +28,8 @@ Grade the response for correctness and helpfulness on a scale from {min_score} t
 Reply with JSON only: {"score": <number>, "reason": "<one sentence>"}"""
 """The rubric used when none is given. Placeholders: {prompt}, {response}, {reference},
 {min_score}, {max_score}; any other braces are left as they are."""
+
+EXAMPLE_BASE_URL = "http://host:8000/v1"
 
 _SCORE_LINE = re.compile(r"\bscore\W{0,3}\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _JSON_OBJECT = re.compile(r"\{[^{}]*\}", re.DOTALL)
@@ -102,7 +104,7 @@ class LLMJudge:
         policy: HttpPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        bases = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+        bases = url_list(base_urls, argument="base_urls", example=EXAMPLE_BASE_URL)
         if min_score >= max_score:
             raise ValueError(f"min_score {min_score} must be below max_score {max_score}")
         self.model = model

@@ -5,6 +5,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Observation, Step, Task
+from agenthub.envs._http import url_list
 from agenthub.envs._tasks import (
     dataset_splits,
     no_dataset_for,
@@ -14,7 +15,7 @@ from agenthub.envs._tasks import (
 )
 from agenthub.envs.reward_func._function import RewardFunction, load_reward_func
 from agenthub.envs.reward_func._output import RewardOutput
-from agenthub.envs.reward_func._remote import RemoteRewardModel
+from agenthub.envs.reward_func._remote import EXAMPLE_URL, RemoteRewardModel
 
 
 class RewardFuncEnv(Env[Observation]):
@@ -24,8 +25,9 @@ class RewardFuncEnv(Env[Observation]):
 
     - `reward_func`: a path to a Python file defining OpenRLHF's `reward_func`, or a callable
       with the same batch signature;
-    - `remote_rm_url`: one URL or a list of URLs of reward servers speaking the OpenRLHF
-      protocol. As in OpenRLHF, a `.py` path given here is treated as a reward file.
+    - `remote_rm_url`: one URL, a list, or several in one string separated by commas, of
+      reward servers speaking the OpenRLHF protocol. As in OpenRLHF, a `.py` path given here
+      alone is treated as a reward file; one among URLs is refused.
 
     A reward file's function runs in `reward_processes` worker processes (default: up to 4,
     one per core), in their main thread as in OpenRLHF, so libraries that time out with
@@ -55,7 +57,11 @@ class RewardFuncEnv(Env[Observation]):
         rm_max_retries: int = 3,
         reward_processes: int | None = None,
     ) -> None:
-        if isinstance(remote_rm_url, str) and remote_rm_url.endswith(".py"):
+        if (
+            isinstance(remote_rm_url, str)
+            and "," not in remote_rm_url
+            and remote_rm_url.endswith(".py")
+        ):
             reward_func, remote_rm_url = remote_rm_url, None
         if (reward_func is None) == (remote_rm_url is None):
             raise ValueError(
@@ -65,8 +71,9 @@ class RewardFuncEnv(Env[Observation]):
         self._function: RewardFunction | None = None
         self._remote: RemoteRewardModel | None = None
         if remote_rm_url is not None:
+            urls = url_list(remote_rm_url, argument="remote_rm_url", example=EXAMPLE_URL)
             self._remote = RemoteRewardModel(
-                remote_rm_url, timeout_s=rm_timeout_s, max_retries=rm_max_retries
+                urls, timeout_s=rm_timeout_s, max_retries=rm_max_retries
             )
         elif isinstance(reward_func, str):
             self._function = load_reward_func(reward_func, processes=reward_processes)

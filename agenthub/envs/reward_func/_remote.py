@@ -12,14 +12,23 @@ import anyio
 import httpx
 
 from agenthub._errors import RewardModelError
-from agenthub.envs._http import HttpPolicy, JsonEndpoint, ResponseCache, server_answered
+from agenthub.envs._http import (
+    HttpPolicy,
+    JsonEndpoint,
+    ResponseCache,
+    server_answered,
+    url_list,
+)
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
+
+EXAMPLE_URL = "http://host:5000/get_reward"
 
 
 class RemoteRewardModel:
     """A client for reward servers speaking the OpenRLHF protocol.
 
-    POST `{"query": [...], "prompts": [...], "labels": [...]}` to each URL; the answer is
+    POST `{"query": [...], "prompts": [...], "labels": [...]}` to each URL (`urls`: one, a
+    list, or a string of several separated by commas, as OpenRLHF takes them); the answer is
     `{"rewards": [...], "scores"?: [...], "extra_logs"?: {...}}`. `score` splits a batch into
     contiguous non-empty chunks over the URLs (never an empty request), rotating the starting
     URL process-wide, per list of URLs, so that single samples spread across servers even
@@ -45,7 +54,11 @@ class RemoteRewardModel:
             timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s
         )
         self._endpoint = JsonEndpoint(
-            urls, self.policy, service="reward server", error=RewardModelError, transport=transport
+            url_list(urls, argument="urls", example=EXAMPLE_URL),
+            self.policy,
+            service="reward server",
+            error=RewardModelError,
+            transport=transport,
         )
         self.urls = self._endpoint.urls
         self.max_batch_size = max_batch_size
