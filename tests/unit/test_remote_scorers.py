@@ -13,9 +13,11 @@ import anyio
 import httpx
 import pytest
 
-from agenthub import EnvArgumentsError, RewardModelError, make
+from agenthub import EnvArgumentsError, RewardModelError, Task, make
 from agenthub.envs.judge import LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
+
+from ..rm_server import reward_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -290,3 +292,15 @@ def test_judge_urls_are_checked_when_the_env_is_made(
 ) -> None:
     with pytest.raises(EnvArgumentsError, match=re.escape(message)):
         make("judge", **arguments)
+
+
+# --- the judge env
+
+
+async def test_a_task_without_a_label_is_sent_to_a_reward_model_as_an_empty_label() -> None:
+    with reward_server() as (url, script):
+        env = make("judge", rm_url=url, cache_size=0)
+        await env.reset(Task(id="t", prompt="P", label=None))
+        await env.step("x")
+        await env.aclose()
+    assert script.requests[0]["labels"] == [""], "as OpenRLHF and the reward_func env send it"

@@ -140,7 +140,9 @@ class JudgeEnv(Env[list[Message]]):
             )
         assert self._rm is not None
         query, prompt = scored_texts(prompt, action)
-        output = await self._rm.score_batched(query, prompt, task.label)
+        # As in OpenRLHF and the reward_func env, a task without a label is sent "".
+        label = "" if task.label is None else task.label
+        output = await self._rm.score_batched(query, prompt, label)
         reward, score, extra_logs = output.sample(0)
         return Step([], reward, terminated=True, score=score, extra_logs=extra_logs)
 
