@@ -14,9 +14,10 @@ import httpx
 import pytest
 
 from agenthub import EnvArgumentsError, RewardModelError, Task, make
-from agenthub.envs.judge import LLMJudge
+from agenthub.envs.judge import JudgeError, LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
 
+from ..judge_server import JudgeScript, judge_server
 from ..rm_server import reward_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -304,3 +305,26 @@ async def test_a_task_without_a_label_is_sent_to_a_reward_model_as_an_empty_labe
         await env.step("x")
         await env.aclose()
     assert script.requests[0]["labels"] == [""], "as OpenRLHF and the reward_func env send it"
+
+
+def llm_judge(url: str, **kwargs: Any) -> Any:
+    return make("judge", judge_url=url, judge_model="m", max_retries=0, cache_size=0, **kwargs)
+
+
+async def test_the_judge_reply_budget_is_an_argument_and_a_cut_reply_says_so() -> None:
+    cut = json.dumps(chat_reply(None, finish_reason="length"))
+    with judge_server(JudgeScript(body=cut)) as (url, script):
+        env = llm_judge(url, judge_max_tokens=64)
+        await env.reset(Task(id="t", prompt="P"))
+        with pytest.raises(JudgeError) as raised:
+            await env.step("good")
+        await env.aclose()
+    assert script.requests[0]["max_tokens"] == 64
+    assert "cut at max_tokens (64)" in str(raised.value)
+    assert "judge_max_tokens" in str(raised.value)
+    assert "OpenAI-compatible" not in str(raised.value)
+
+
+def test_a_rubric_that_never_shows_the_response_is_refused() -> None:
+    with pytest.raises(EnvArgumentsError, match=r"no \{response\} placeholder.*\{prompt\}"):
+        llm_judge("http://judge.test/v1", rubric="Grade the answer to {prompt}.")

@@ -28,8 +28,9 @@ class JudgeEnv(Env[list[Message]]):
     - `judge_url` and `judge_model`: an LLM judge on any OpenAI-compatible server (one base URL
       such as `http://host:8000/v1`, a list, or several separated by commas). `rubric` is the
       grading prompt (see `DEFAULT_RUBRIC` for its placeholders); the reward is the parsed score
-      scaled from [min_score, max_score] to [0, 1]. The API key is read from the environment
-      variable named by `api_key_env`, if set.
+      scaled from [min_score, max_score] to [0, 1]. The judge's reply may be up to
+      `judge_max_tokens` long. The API key is read from the environment variable named by
+      `api_key_env`, if set.
     - `rm_url`: reward servers speaking OpenRLHF's `/get_reward` protocol (one URL, a list, or
       several separated by commas). Samples from concurrent episodes are sent together in
       batches of up to `max_batch_size`; a batch the server refuses is sent again a sample per
@@ -58,6 +59,7 @@ class JudgeEnv(Env[list[Message]]):
         min_score: float = 0.0,
         max_score: float = 10.0,
         api_key_env: str = "OPENAI_API_KEY",
+        judge_max_tokens: int = 512,
         rm_url: str | list[str] | None = None,
         max_batch_size: int = 64,
         dataset: str | None = None,
@@ -96,6 +98,7 @@ class JudgeEnv(Env[list[Message]]):
                 min_score=min_score,
                 max_score=max_score,
                 api_key=os.environ.get(api_key_env),
+                max_tokens=judge_max_tokens,
                 policy=policy,
             )
         else:

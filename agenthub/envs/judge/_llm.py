@@ -29,6 +29,9 @@ Reply with JSON only: {"score": <number>, "reason": "<one sentence>"}"""
 """The rubric used when none is given. Placeholders: {prompt}, {response}, {reference},
 {min_score}, {max_score}; any other braces are left as they are."""
 
+PLACEHOLDERS = ("{prompt}", "{response}", "{reference}", "{min_score}", "{max_score}")
+"""What a rubric may hold; {response} it must."""
+
 EXAMPLE_BASE_URL = "http://host:8000/v1"
 
 _SCORE_LINE = re.compile(r"\bscore\W{0,3}\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
@@ -87,8 +90,9 @@ class LLMJudge:
     """Asks a chat model, served by any OpenAI-compatible server, to grade a response.
 
     `base_urls` are server roots such as `http://host:8000/v1` (several spread the load and
-    are retried in turn). The rubric is filled in, sent as one user message with temperature
-    0, and the reply parsed by `parse_judgement`. Failures raise `JudgeError`.
+    are retried in turn). The rubric, which must hold `{response}`, is filled in, sent as one
+    user message with temperature 0 and `max_tokens`, and the reply parsed by
+    `parse_judgement`. Failures raise `JudgeError`; one for a reply cut at `max_tokens` says so.
     """
 
     def __init__(
@@ -107,6 +111,11 @@ class LLMJudge:
         bases = url_list(base_urls, argument="base_urls", example=EXAMPLE_BASE_URL)
         if min_score >= max_score:
             raise ValueError(f"min_score {min_score} must be below max_score {max_score}")
+        if "{response}" not in rubric:
+            raise ValueError(
+                "the rubric has no {response} placeholder, so the judge would never see the "
+                f"response it grades; a rubric may use {', '.join(PLACEHOLDERS)}"
+            )
         self.model = model
         self.rubric = rubric
         self.min_score = min_score
@@ -122,7 +131,7 @@ class LLMJudge:
         )
 
     def render(self, prompt: str, response: str, reference: str) -> str:
-        fields = {
+        fields = {  # the keys are PLACEHOLDERS
             "{prompt}": prompt,
             "{response}": response,
             "{reference}": reference,
@@ -140,24 +149,38 @@ class LLMJudge:
             "max_tokens": self.max_tokens,
         }
 
-        def parse(url: str, payload: Any) -> Judgement:  # inside post: only good ones are cached
-            reply = _reply_text(url, payload)
-            return parse_judgement(reply, min_score=self.min_score, max_score=self.max_score)
+        # parsed inside post: only usable judgements are cached
+        return await self._endpoint.post(body, self._judgement)
 
-        return await self._endpoint.post(body, parse)
+    def _judgement(self, url: str, payload: Any) -> Judgement:
+        reply, finish_reason = _reply(payload)
+        cut = (
+            f"the judge's reply was cut at max_tokens ({self.max_tokens}); raise it (the judge "
+            "env's judge_max_tokens)"
+        )
+        if reply is None and finish_reason == "length":
+            raise JudgeError(f"judge server {url}: {cut} before it gave any text")
+        if reply is None:
+            raise JudgeError(
+                f"judge server {url} answered without choices[0].message.content: "
+                f"{json.dumps(payload)[:200]}; is it an OpenAI-compatible chat endpoint?"
+            )
+        try:
+            return parse_judgement(reply, min_score=self.min_score, max_score=self.max_score)
+        except JudgeError as exc:
+            if finish_reason == "length":
+                raise JudgeError(f"{exc} ({cut})") from None
+            raise
 
     async def aclose(self) -> None:
         await self._endpoint.aclose()
 
 
-def _reply_text(url: str, payload: Any) -> str:
+def _reply(payload: Any) -> tuple[str | None, Any]:
+    """The reply's text (None without one) and its finish_reason."""
     try:
-        content = payload["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        content = None
-    if not isinstance(content, str):
-        raise JudgeError(
-            f"judge server {url} answered without choices[0].message.content: "
-            f"{json.dumps(payload)[:200]}; is it an OpenAI-compatible chat endpoint?"
-        )
-    return content
+        choice = payload["choices"][0]
+        content, finish_reason = choice["message"]["content"], choice.get("finish_reason")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None, None
+    return (content if isinstance(content, str) else None), finish_reason
