@@ -16,11 +16,12 @@ class Timeouts:
     `generate_s` bounds one `generate` call; `env_step_s` one `reset` or `step` of the env;
     `score_s` one call of the runner's outcome scorer. `close_s` bounds `aclose` at the end of
     an episode (then the episode's result stands and the env is abandoned). `None` waits
-    forever.
+    forever. `env_step_s` leaves room for a remote judge's retries (by default 4 attempts of
+    up to 60 s each), which end in the judge's own error naming the server.
     """
 
     generate_s: float | None = 300.0
-    env_step_s: float | None = 60.0
+    env_step_s: float | None = 300.0
     score_s: float | None = 60.0
     close_s: float = 10.0
 

@@ -26,6 +26,7 @@ from agenthub.agents import (
     InferenceEngine,
     RolloutConfig,
     SamplingParams,
+    Timeouts,
     Trajectory,
 )
 from agenthub.agents._trajectory import mean_extra_logs
@@ -124,6 +125,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--env-step-timeout",
+        type=float,
+        default=Timeouts().env_step_s,
+        metavar="S",
+        help="seconds an env reset or step may take before its episode ends as env_timeout "
+        "(default: %(default)g; a remote judge's retries must fit in it)",
+    )
+    parser.add_argument(
         "--no-chat-template",
         dest="chat_template",
         action="store_false",
@@ -172,6 +181,7 @@ def eval_command(args: argparse.Namespace) -> int:
         n_samples_per_prompt=args.k,
         seed=args.seed,
         chat_template=args.chat_template,
+        timeouts=Timeouts(env_step_s=args.env_step_timeout),
     )
     if work:
         left = sum(len(samples) for _, samples in work)
@@ -222,6 +232,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise AgentHubError(f"{', '.join(wrong)}: each must be at least 1")
     if args.temperature < 0:
         raise AgentHubError(f"--temperature {args.temperature}: must be 0 (greedy) or more")
+    if not args.env_step_timeout > 0:
+        raise AgentHubError(f"--env-step-timeout {args.env_step_timeout:g}: must be above 0")
     if "" in args.stop:
         raise AgentHubError("--stop '': a stop string cannot be empty")
 

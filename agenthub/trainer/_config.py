@@ -67,8 +67,9 @@ class RolloutSettings(_Section):
     """Longest token sequence of an episode (default: the model's context)."""
     concurrency: int = Field(32, ge=1)
     """Episodes in flight per rollout worker."""
-    env_step_timeout_s: float = Field(60.0, gt=0)
-    """An env `reset` or `step` slower than this ends the episode as `env_timeout`."""
+    env_step_timeout_s: float = Field(300.0, gt=0)
+    """An env `reset` or `step` slower than this ends the episode as `env_timeout` (room for a
+    remote judge's retries: 4 attempts of up to 60 s each by default)."""
     generate_timeout_s: float = Field(300.0, gt=0)
     """A generation slower than this ends the episode as `generation_timeout`."""
 

@@ -232,6 +232,16 @@ def test_no_chat_template_tokenizes_text_prompts_as_they_are(
     assert [prompt for prompt, _ in calls] == [expected]
 
 
+def test_the_env_step_timeout_is_the_flag_s(
+    tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    agenthub.register("eval-test-slow", "tests.unit._envs:CountdownEnv", override=True)
+    command = ["eval", "--env", "eval-test-slow", "delay_s=0.5", "-n", "1", "--out"]
+    assert main([*command, str(tmp_path / "cut"), "--env-step-timeout", "0.1"]) == 1
+    assert "env_timeout: reset took longer than 0.1 s" in capsys.readouterr().err
+    assert main([*command, str(tmp_path / "waited"), "--env-step-timeout", "5"]) == 0
+
+
 def test_eval_exits_non_zero_when_every_episode_failed(
     tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -292,6 +302,7 @@ def test_a_rerun_with_another_model_or_sampling_is_refused_and_n_narrows_the_sum
         (["-k", "0", "--max-turns", "0"], "-k 0, --max-turns 0: each must be at least 1"),
         (["--temperature", "-1"], "--temperature -1.0: must be 0 (greedy) or more"),
         (["--stop", "</a>", "--stop", ""], "--stop '': a stop string cannot be empty"),
+        (["--env-step-timeout", "0"], "--env-step-timeout 0: must be above 0"),
     ],
 )
 def test_bad_numbers_are_refused_naming_the_flag(
