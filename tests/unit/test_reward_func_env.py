@@ -291,6 +291,13 @@ def test_a_reward_worker_dies_with_its_killed_parent(tmp_path: Path) -> None:
     assert _gone(worker, 5)
 
 
+def test_an_async_reward_function_is_refused_when_loaded(tmp_path: Path) -> None:
+    path = tmp_path / "r.py"
+    path.write_text("async def reward_func(queries, prompts, labels):\n    return [1.0]\n")
+    with pytest.raises(RewardFuncError, match="is `async def`; OpenRLHF's reward_func is a plain"):
+        make("reward_func", reward_func=str(path))
+
+
 def test_reward_processes_are_checked(fixtures: Path) -> None:
     with pytest.raises(ValueError, match="reward_processes=2 needs a reward file"):
         make("reward_func", reward_func=lambda q, p, l: [1.0], reward_processes=2)

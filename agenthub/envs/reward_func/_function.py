@@ -95,6 +95,12 @@ class RewardFunction:
     ) -> None:
         self.func = func
         self.name = name or getattr(func, "__qualname__", repr(func))
+        if inspect.iscoroutinefunction(func):
+            raise RewardFuncError(
+                f"reward function {self.name} is `async def`; OpenRLHF's reward_func is a plain "
+                "`def` returning rewards (agenthub calls it off the event loop, in worker "
+                "processes for a file): drop the `async` and call async code with asyncio.run"
+            )
         self.takes_labels = _takes_labels(func)
         self._file = file
         self._processes = processes
