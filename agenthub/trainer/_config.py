@@ -195,6 +195,28 @@ class TrainConfig(_Section):
         return self
 
     @model_validator(mode="after")
+    def _groups_of_one(self) -> TrainConfig:
+        # Said now rather than found after start-up: a run that trains on nothing, or waits
+        # forever for a group it may train on.
+        if self.rollout.n_samples_per_prompt > 1:
+            return self
+        fix = "give rollout.n_samples_per_prompt of 2 or more"
+        if self.algorithm.filter_groups:
+            raise ValueError(
+                "algorithm.filter_groups skips groups whose scores are all equal, which a group "
+                f"of one sample always is: no step would ever come; {fix}, or set "
+                "algorithm.filter_groups=false"
+            )
+        if self.algorithm.estimator in ("group_norm", "dr_grpo", "rloo", "reinforce_baseline"):
+            raise ValueError(
+                f"algorithm.estimator={self.algorithm.estimator} measures each sample against "
+                "the other samples of its task, and with rollout.n_samples_per_prompt=1 there "
+                f"are none (every advantage would be 0); {fix}, or use "
+                "algorithm.estimator=reinforce or gae"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _default_lr(self) -> TrainConfig:
         if "lr" not in self.learner.model_fields_set:
             lr = DEFAULT_MODEL_LR if self.model == "default" else MODEL_LR
@@ -208,6 +230,14 @@ DEFAULT_MODEL_LR = 2e-4
 """Learning rate for the embedded default model: small models take large steps."""
 MODEL_LR = 1e-6
 """Learning rate for any other model, when none is given: safe for billion-parameter models."""
+
+
+def _problem(err: Any) -> str:
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "value_error":  # one of the validators' own messages: it names its keys
+        message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
+        return f"{where}: {message}" if where else message
+    return f"{where or '(top)'}: {err['msg']}"
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
@@ -265,11 +295,8 @@ def load_config(
     try:
         return TrainConfig.model_validate(tree)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err) for err in exc.errors())
         raise ConfigError(
-            f"invalid training config: {problems}. See `agenthub train --help` and the README's "
-            "training section for the fields"
+            f"invalid training config: {problems}. `agenthub train --env ID --print-config` "
+            "shows every field with its value"
         ) from None

@@ -39,8 +39,9 @@ class LearnerConfig(BaseModel):
     """PPO clip: the ratio is kept below 1 + eps_high for positive advantages (clip-higher)."""
     importance_mode: Literal["tis", "icepop", "seq-mask-tis", "none"] = "tis"
     """Off-policy correction against the rollout engine's logprobs."""
-    importance_low: float = Field(0.5, gt=0)
-    """Lower bound of the token (or sequence) importance ratio."""
+    importance_low: float = Field(0.5, gt=0, le=1)
+    """Lower bound of the token (or sequence) importance ratio (at most 1: an on-policy token
+    has ratio 1)."""
     importance_high: float = Field(5.0, ge=1)
     """Upper bound of the token (or sequence) importance ratio."""
     kl_coef: float = Field(0.0, ge=0)

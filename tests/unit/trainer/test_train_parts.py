@@ -77,6 +77,16 @@ def test_resolved_config_round_trips_as_the_base_of_a_resumed_run() -> None:
         (["env=math", "algorithm.filter_low=0.9", "algorithm.filter_high=0.1"], "filter_low"),
         (["env=math", "learner.critic.lr=1e-4"], "trained only with algorithm.estimator=gae"),
         (["env=math", 'rollout.stop=[""]'], "rollout.stop.0: String should have at least 1"),
+        (
+            ["env=math", "rollout.n_samples_per_prompt=1"],
+            "a group of one sample always is: no step would ever come; give "
+            "rollout.n_samples_per_prompt of 2 or more, or set algorithm.filter_groups=false",
+        ),
+        (
+            ["env=math", "rollout.n_samples_per_prompt=1", "algorithm.filter_groups=false"],
+            "algorithm.estimator=group_norm measures each sample against the other samples",
+        ),
+        (["env=math", "learner.importance_low=4"], "learner.importance_low: Input should be less"),
     ],
 )
 def test_bad_config_says_which_field_and_why(overrides: list[str], message: str) -> None:
@@ -445,3 +455,4 @@ def test_weight_sync_takes_nccl_only_between_whole_gpus_and_places_each_engine()
     assert client.offsets == [1, 2, 4] and WorkersClient.world_size([1, 2, 1]) == 5
     with pytest.raises(ValueError, match="2 workers but 1 rank counts"):
         WorkersClient(["w0", "w1"], [1])
+
