@@ -50,8 +50,41 @@ class RunDirectory:
         self.checkpoints = path / CHECKPOINTS
 
     def saved_config(self) -> dict[str, Any] | None:
+        """The run's config.json, None without one; `AgentHubError` for one that is not a
+        training run's (a model directory's, say)."""
         file = self.path / CONFIG
-        return json.loads(file.read_text(encoding="utf-8")) if file.exists() else None
+        if not file.exists():
+            return None
+        try:
+            config = json.loads(file.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise AgentHubError(f"{file} is not JSON ({exc}); {self.path} holds no run") from None
+        if not isinstance(config, dict) or not {"env", "learner", "run"} <= config.keys():
+            raise AgentHubError(
+                f"{file} is not a training run's config (a model directory?); give --out a "
+                "directory of agenthub train's own"
+            )
+        return config
+
+    def checked_state(self) -> dict[str, Any] | None:
+        """`state()`, refusing a run directory whose checkpoints do not match it: checkpoints
+        without the state.json that names the newest complete one, or a newest one gone."""
+        state = self.state()
+        saved = sorted(p.name for p in self.checkpoints.glob("step-*") if p.is_dir())
+        if state is None and saved:
+            raise AgentHubError(
+                f"{self.checkpoints} holds checkpoints ({', '.join(saved)}) but no {STATE}, "
+                "which names the newest complete one; put it back, or move checkpoints/ "
+                "away to start the run again from step 0"
+            )
+        if state is not None and state["tag"] not in saved:
+            older = [tag for tag in state.get("history", []) if tag in saved]
+            also = f" ({', '.join(older)} remain)" if older else ""
+            raise AgentHubError(
+                f"{self.checkpoints / state['tag']}, the newest checkpoint {STATE} names, is "
+                f"gone{also}; restore it, or move checkpoints/ away to start again from step 0"
+            )
+        return state
 
     def state(self) -> dict[str, Any] | None:
         file = self.checkpoints / STATE
@@ -276,7 +309,8 @@ class Trainer:
     # -- setup ---------------------------------------------------------------------------
 
     def _prepare_directory(self) -> dict[str, Any] | None:
-        state = self.dir.state()
+        self.dir.saved_config()  # a directory that is not a run's is refused, not overwritten
+        state = self.dir.checked_state()
         if self.resume and state is None:
             # Stopped before its first checkpoint (killed, or Ctrl-C twice): the start is the
             # last state it can go back to, so it starts again in the same directory.
@@ -292,7 +326,8 @@ class Trainer:
             )
         if state is not None:
             self.dir.rewind_metrics(int(state["step"]))
-        self.dir.write_config(self.config)
+        else:  # a resumed run's config is saved once its checkpoint has loaded
+            self.dir.write_config(self.config)
         return state
 
     def _start_ray(self) -> None:
@@ -425,6 +460,7 @@ class Trainer:
                             f"checkpoint {state['tag']} holds {steps} learner steps, state.json "
                             f"says {step}; the checkpoint directory is inconsistent"
                         )
+                    self.dir.write_config(cfg)
                     await self._sync(step)
                     self.log(f"resumed from {state['tag']} (policy version {step})")
                 elif cfg.eval.every:

@@ -8,6 +8,7 @@ import asyncio
 import itertools
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +371,82 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_pa
     assert RunDirectory(tmp_path).saved_config() == json.loads(config.model_dump_json())
 
 
+def _checkpointed_run(path: Path, *overrides: str) -> RunDirectory:
+    """A run directory as a run leaves it at its checkpoint of step 2."""
+    run = RunDirectory(path)
+    run.write_config(load_config([], ["env=math", *overrides]))
+    for tag in ("step-1", "step-2"):
+        (run.checkpoints / tag).mkdir(parents=True)
+        run.write_state({"step": 2, "tag": tag, "tasks_drawn": [8], "elapsed_s": 30.0}, keep=2)
+    (run.path / "metrics.jsonl").write_text('{"step": 2, "train/reward": 0.5}\n')
+    return run
+
+
+def _files(run: RunDirectory) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (["learner.bf16=true"], "written with learner.bf16=null"),
+        (["learner.zero_stage=3", "--model", "/m"], 'model="default", learner.zero_stage=2'),
+        (["ray.rollout_workers=2"], "ray.rollout_workers=1"),
+        (["algorithm.estimator=gae"], 'algorithm.estimator="group_norm"'),
+    ],
+)
+def test_a_resume_that_changes_what_its_checkpoint_needs_is_refused_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: list[str], said: str
+) -> None:
+    import ray
+
+    from agenthub.cli import main
+
+    run = _checkpointed_run(tmp_path / "run")
+    before = _files(run)
+    assert main(["train", "--out", str(run.path), "--resume", "--steps", "5", *change]) == 1
+    err = capsys.readouterr().err
+    assert f"--resume: the checkpoints in {run.path} were written with" in err and said in err
+    assert "resume with the same (drop the change)" in err
+    assert _files(run) == before and not ray.is_initialized()
+
+
+def test_a_resumed_run_keeps_its_saved_config_until_its_checkpoint_loads(tmp_path: Path) -> None:
+    run = _checkpointed_run(tmp_path)
+    saved = run.saved_config()
+    Trainer(
+        load_config([], ["env=math", "run.max_steps=9"]), tmp_path, resume=True
+    )._prepare_directory()
+    assert run.saved_config() == saved
+
+
+def test_checkpoints_that_do_not_match_their_state_are_refused(tmp_path: Path) -> None:
+    run = _checkpointed_run(tmp_path)
+    shutil.rmtree(run.checkpoints / "step-2")
+    with pytest.raises(
+        AgentHubError,
+        match=r"step-2, the newest checkpoint state\.json names, is "
+        r"gone \(step-1 remain\); restore it, or move checkpoints/ away",
+    ):
+        Trainer(load_config([], ["env=math"]), tmp_path, resume=True)._prepare_directory()
+    (run.checkpoints / "state.json").unlink()
+    with pytest.raises(AgentHubError, match=r"holds checkpoints \(step-1\) but no state\.json"):
+        Trainer(load_config([], ["env=math"]), tmp_path, resume=True)._prepare_directory()
+    assert (tmp_path / "metrics.jsonl").exists(), "nothing was discarded"
+
+
+def test_a_directory_that_is_not_a_run_is_refused_not_overwritten(tmp_path: Path) -> None:
+    model_config = '{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}'
+    (tmp_path / "config.json").write_text(model_config)
+    for resume in (False, True):
+        with pytest.raises(AgentHubError, match="is not a training run's config"):
+            Trainer(load_config([], ["env=math"]), tmp_path, resume=resume)._prepare_directory()
+    assert (tmp_path / "config.json").read_text() == model_config
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(AgentHubError, match="is not JSON"):
+        RunDirectory(tmp_path).saved_config()
+
+
 def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -381,7 +458,7 @@ def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
     model = tmp_path / "no-model"
     run = RunDirectory(tmp_path / "run")
     run.write_config(load_config([], ["env=math", "run.max_steps=2", f"model={model}"]))
-    run.checkpoints.mkdir()
+    (run.checkpoints / "step-2").mkdir(parents=True)
     run.write_state({"step": 2, "tag": "step-2", "tasks_drawn": [8], "elapsed_s": 30.0}, keep=2)
     (run.path / "metrics.jsonl").write_text('{"step": 2, "train/reward": 0.5}\n')
     before = {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
