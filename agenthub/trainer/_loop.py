@@ -348,6 +348,17 @@ class Trainer:
             os.environ.setdefault("RAY_worker_niceness", "0")
             cpus = max(os.cpu_count() or 1, self.config.ray.rollout_workers + 1)
             ray.init(num_cpus=cpus, **options)
+            # Ray waits forever for GPUs a machine lacks; on a cluster they may yet join.
+            r = self.config.ray
+            wanted = r.learner_num_gpus + r.rollout_workers * r.worker_num_gpus
+            have = float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
+            if wanted > have:
+                raise AgentHubError(
+                    f"the run asks for {wanted:g} GPUs (ray.learner_num_gpus="
+                    f"{r.learner_num_gpus:g}, ray.worker_num_gpus={r.worker_num_gpus:g} per "
+                    f"rollout worker) and this machine has {have:g}; set them to what it has "
+                    "(0 trains on the CPU), or join a cluster with --ray-address"
+                )
 
     # -- the run -------------------------------------------------------------------------
 

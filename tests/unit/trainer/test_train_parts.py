@@ -533,3 +533,13 @@ def test_weight_sync_takes_nccl_only_between_whole_gpus_and_places_each_engine()
     with pytest.raises(ValueError, match="2 workers but 1 rank counts"):
         WorkersClient(["w0", "w1"], [1])
 
+
+def test_gpus_the_machine_lacks_are_refused_rather_than_waited_for(tmp_path: Path) -> None:
+    import ray
+
+    config = load_config([], ["env=math", "ray.learner_num_gpus=1"])
+    try:
+        with pytest.raises(AgentHubError, match=r"asks for 1 GPUs .* this machine has 0; set"):
+            Trainer(config, tmp_path)._start_ray()
+    finally:
+        ray.shutdown()
