@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reward-processes",
         type=int,
         metavar="N",
-        help="worker processes for --reward-func (default: one per core, up to 4; 0: a thread)",
+        help="worker processes for --reward-func, each importing it (default: one per core, up "
+        "to 4; 0: a thread); batches are scored one at a time",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=5000, help="port to listen on")

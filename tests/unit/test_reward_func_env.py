@@ -244,7 +244,8 @@ def _script(tmp_path: Path, then: str) -> list[str]:
         "from agenthub.envs.reward_func import load_reward_func\n"
         f"f = load_reward_func({str(tmp_path / 'where.py')!r}, processes=1)\n"
         "print(int(f(['q'], ['p'], ['']).extra_logs['pid'][0]), flush=True)\n"
-        "threading.Thread(target=f, args=(['q'], ['p'], ['hang']), daemon=True).start()\n"
+        # Not a daemon, as the threads a call waits in are not: Python waits for them at exit.
+        "threading.Thread(target=f, args=(['q'], ['p'], ['hang'])).start()\n"
         f"{then}\n"
     )
     import sys
@@ -291,6 +292,74 @@ def test_a_reward_worker_dies_with_its_killed_parent(tmp_path: Path) -> None:
     assert _gone(worker, 5)
 
 
+async def test_a_cancelled_call_kills_its_worker_and_frees_its_place(tmp_path: Path) -> None:
+    import anyio
+
+    path = tmp_path / "where.py"
+    path.write_text(_WHERE)
+    function = load_reward_func(path, processes=1)
+    started = anyio.current_time()
+    with anyio.move_on_after(1.0) as scope:  # as an episode's step timeout does
+        await function.ascore(["q"], ["p"], ["hang"])
+    assert scope.cancelled_caught and anyio.current_time() - started < 5
+    with anyio.fail_after(30):  # the only worker's place is free again
+        assert (await function.ascore(["q"], ["p"], [""])).rewards == [1.0]
+
+
+def test_a_cancel_that_comes_after_its_call_ended_leaves_the_worker_alone(tmp_path: Path) -> None:
+    # The race of an episode's step timeout with the answer: by the time the cancel lands,
+    # the worker may be serving another call.
+    from agenthub.envs.reward_func._function import _Call
+
+    path = tmp_path / "where.py"
+    path.write_text(_WHERE)
+    function = load_reward_func(path, processes=1)
+    late = _Call()
+    first = function._score(["q"], ["p"], [""], None, late).extra_logs["pid"]
+    late.cancel()
+    assert function(["q"], ["p"], [""]).extra_logs["pid"] == first
+
+
+def test_workers_import_what_the_caller_can_and_one_that_cannot_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "shared_helper.py").write_text("BONUS = 0.5\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    path = tmp_path / "uses_helper.py"
+    path.write_text(
+        "import shared_helper\n\ndef reward_func(q, p, l):\n    return [shared_helper.BONUS]\n"
+    )
+    assert load_reward_func(path, processes=1)(["q"], ["p"], [""]).rewards == [0.5]
+    broken = tmp_path / "only_here.py"
+    broken.write_text(
+        "import sys\nif sys.argv[0].endswith('_worker.py'):\n"
+        "    raise ImportError('not in a worker')\n"
+        "def reward_func(q, p, l):\n    return [1.0]\n"
+    )
+    function = load_reward_func(broken, processes=1)
+    for _ in range(3):
+        with pytest.raises(
+            RewardFuncError,
+            match="could not import the file: .*raised ImportError: not in a worker$",
+        ):
+            function(["q"], ["p"], [""])
+
+
+def test_a_file_changed_during_a_run_leaves_the_older_version_s_calls_alone(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    path = tmp_path / "where.py"
+    path.write_text(_WHERE)
+    older = load_reward_func(path, processes=1)
+    os.utime(path, ns=(1, 10**18))
+    newer = load_reward_func(path, processes=1)
+    pids = [f(["q"], ["p"], [""]).extra_logs["pid"][0] for f in (older, newer, older, newer)]
+    assert pids[0] == pids[2] and pids[1] == pids[3] and pids[0] != pids[1]
+
+
 def test_an_async_reward_function_is_refused_when_loaded(tmp_path: Path) -> None:
     path = tmp_path / "r.py"
     path.write_text("async def reward_func(queries, prompts, labels):\n    return [1.0]\n")
@@ -301,5 +370,7 @@ def test_an_async_reward_function_is_refused_when_loaded(tmp_path: Path) -> None
 def test_reward_processes_are_checked(fixtures: Path) -> None:
     with pytest.raises(ValueError, match="reward_processes=2 needs a reward file"):
         make("reward_func", reward_func=lambda q, p, l: [1.0], reward_processes=2)
+    with pytest.raises(ValueError, match="reward_processes is for a reward file"):
+        make("reward_func", remote_rm_url="http://rm:5000/get_reward", reward_processes=2)
     with pytest.raises(RewardFuncError, match="processes=-1: give 0"):
         make("reward_func", reward_func=str(fixtures / "reward_plain.py"), reward_processes=-1)

@@ -70,6 +70,11 @@ class RewardFuncEnv(Env[Observation]):
             )
         self._function: RewardFunction | None = None
         self._remote: RemoteRewardModel | None = None
+        if remote_rm_url is not None and reward_processes is not None:
+            raise ValueError(
+                "reward_processes is for a reward file (reward_func=PATH); a remote reward "
+                "server scores in its own processes"
+            )
         if remote_rm_url is not None:
             urls = url_list(remote_rm_url, argument="remote_rm_url", example=EXAMPLE_URL)
             self._remote = RemoteRewardModel(

@@ -9,11 +9,14 @@ killed when the process exits, before Python waits for its threads.
 
 from __future__ import annotations
 
+import concurrent.futures.process  # before the exit hook is registered: see there
+import concurrent.futures.thread  # noqa: F401
 import functools
 import inspect
 import os
 import pickle
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -113,17 +116,48 @@ class RewardFunction:
         *,
         sample_names: list[str] | None = None,
     ) -> RewardOutput:
+        return self._score(queries, prompts, labels, sample_names, _Call())
+
+    async def ascore(
+        self,
+        queries: list[str],
+        prompts: list[str],
+        labels: list[Any],
+        *,
+        sample_names: list[str] | None = None,
+    ) -> RewardOutput:
+        """Score off the event loop, so a slow function never stalls other episodes. Cancelled
+        (an episode's step timeout, say), a call in a worker process kills that worker; one in
+        a thread runs on, unwatched."""
+        call = _Call()
+        score = functools.partial(self._score, queries, prompts, labels, sample_names, call)
+        try:
+            return await anyio.to_thread.run_sync(score, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            call.cancel()
+            raise
+
+    def _score(
+        self,
+        queries: list[str],
+        prompts: list[str],
+        labels: list[Any],
+        sample_names: list[str] | None,
+        call: _Call,
+    ) -> RewardOutput:
         args: tuple[Any, ...] = (
             (queries, prompts, labels) if self.takes_labels else (queries, prompts)
         )
         samples = sample_names or [_excerpt(q) for q in queries]
         try:
-            raw = self._call(args)
+            if self._file is None or not self._processes:
+                raw = self.func(*args)
+            else:
+                raw = _workers(self._file, self._processes).call(args, call)
         except _WorkerDied as died:
             raise RewardFuncError(
                 f"reward function {self.name}: the worker process scoring {', '.join(samples)} "
-                f"{died}. The next call starts a new one; if it dies too, call the function by "
-                "hand to see what kills it"
+                f"{died}"
             ) from None
         except Exception as exc:
             hint = ""
@@ -141,30 +175,46 @@ class RewardFunction:
             error=RewardFuncError,
         )
 
-    def _call(self, args: tuple[Any, ...]) -> Any:
-        if self._file is None or not self._processes:
-            return self.func(*args)
-        return _workers(self._file, self._processes).call(args)
-
-    async def ascore(
-        self,
-        queries: list[str],
-        prompts: list[str],
-        labels: list[Any],
-        *,
-        sample_names: list[str] | None = None,
-    ) -> RewardOutput:
-        """Score off the event loop, so a slow function never stalls other episodes."""
-        return await anyio.to_thread.run_sync(
-            functools.partial(self, queries, prompts, labels, sample_names=sample_names)
-        )
-
 
 # -- worker processes ---------------------------------------------------------------------
 
 
 class _WorkerDied(Exception):
     """A worker process ended while it owed a reply; the message says how."""
+
+
+_DIED = (
+    "The next call starts a new one; if it dies too, call the function by hand to see what kills it"
+)
+
+
+class _Call:
+    """One call in a worker process, which its caller may cancel from another thread: the
+    worker it holds is killed (its slot is free again), or it takes none."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._worker: _Worker | None = None
+        self.cancelled = False
+
+    def hold(self, worker: _Worker) -> bool:
+        """Record the worker the call runs on; False if the call was cancelled already."""
+        with self._lock:
+            self._worker = worker
+            return not self.cancelled
+
+    def release(self) -> bool:
+        """The call is over: a later `cancel` leaves its worker alone (it may serve another
+        call by then). False if it was cancelled, and so its worker perhaps killed."""
+        with self._lock:
+            self._worker = None
+            return not self.cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            if self._worker is not None:
+                self._worker.proc.kill()  # the reader sees the end of its output and frees it
 
 
 class _RaisedInWorker(Exception):
@@ -187,18 +237,25 @@ class _Worker:
     def __init__(self, path: Path) -> None:
         self.proc = start_worker("agenthub.envs.reward_func._worker", str(path))
         self._ready = False
+        # The file may import what this process can (a script's own directory, say).
+        self._send(list(sys.path))
 
     def call(self, args: tuple[Any, ...]) -> Any:
         if not self._ready:
-            self._answer(self._read())
+            ready = self._read()
+            if ready[0] == "error":  # the file imports here but not there
+                raise _WorkerDied(f"could not import the file: {ready[2]}")
             self._ready = True
+        self._send(args)
+        return self._answer(self._read())
+
+    def _send(self, value: Any) -> None:
         stdin: IO[bytes] = self.proc.stdin  # type: ignore[assignment]
         try:
-            pickle.dump(args, stdin)
+            pickle.dump(value, stdin)
             stdin.flush()
         except (BrokenPipeError, OSError):
             raise _WorkerDied(self._how()) from None
-        return self._answer(self._read())
 
     def _read(self) -> tuple[Any, ...]:
         try:
@@ -219,7 +276,7 @@ class _Worker:
             code = self.proc.wait(5)
         except subprocess.TimeoutExpired:
             return "stopped answering"
-        return f"died (exit code {code}{', killed' if code < 0 else ''})"
+        return f"died (exit code {code}{', killed' if code < 0 else ''}). {_DIED}"
 
     def kill(self) -> None:
         self.proc.kill()
@@ -241,27 +298,36 @@ class _Workers:
         self._lock = threading.Lock()
         self._closed = False
 
-    def call(self, args: tuple[Any, ...]) -> Any:
+    def call(self, args: tuple[Any, ...], call: _Call) -> Any:
         with self._slots:
             with self._lock:
                 if self._closed:
-                    raise _WorkerDied("was stopped (the file changed, or Python is exiting)")
+                    raise _WorkerDied("was stopped: Python is exiting")
                 worker = self._idle.pop() if self._idle else _Worker(self.path)
                 self._all.add(worker)
             try:
+                if not call.hold(worker):
+                    raise _WorkerDied("was not started: the call was cancelled")
                 result = worker.call(args)
             except _RaisedInWorker:
-                self._release(worker)
+                self._release(worker, call)
                 raise
-            except BaseException:  # dead, or cut off mid-reply: it cannot be trusted again
+            except _WorkerDied:
+                self._discard(worker)
+                if call.cancelled or self._closed:
+                    why = "the call was cancelled" if call.cancelled else "Python is exiting"
+                    raise _WorkerDied(f"was stopped: {why}") from None
+                raise
+            except BaseException:  # cut off mid-reply: it cannot be trusted again
                 self._discard(worker)
                 raise
-            self._release(worker)
+            self._release(worker, call)
             return result
 
-    def _release(self, worker: _Worker) -> None:
+    def _release(self, worker: _Worker, call: _Call) -> None:
+        kept = call.release()  # a cancelled call's worker may be dying
         with self._lock:
-            if not self._closed:
+            if kept and not self._closed and worker.proc.poll() is None:
                 self._idle.append(worker)
                 return
         self._discard(worker)
@@ -284,34 +350,32 @@ class _Workers:
             worker.proc.kill()
 
 
-_pools: dict[tuple[Path, int], tuple[int, _Workers]] = {}
-"""(file, processes) -> (the file's mtime its workers imported, the workers)."""
+_pools: dict[tuple[Path, int, int], _Workers] = {}
+"""(file, its mtime, processes) -> the workers. A file changed during a run gets workers of
+its own; episodes that loaded the older version finish on theirs."""
 _pools_lock = threading.Lock()
 
 
 def _workers(file: tuple[Path, int], processes: int) -> _Workers:
     path, mtime_ns = file
     with _pools_lock:
-        current = _pools.get((path, processes))
-        if current is not None and current[0] == mtime_ns:
-            return current[1]
-        if current is not None:  # the file changed on disk: its old workers go
-            current[1].close()
-        workers = _Workers(path, processes)
-        _pools[(path, processes)] = (mtime_ns, workers)
-        return workers
+        key = (path, mtime_ns, processes)
+        if key not in _pools:
+            _pools[key] = _Workers(path, processes)
+        return _pools[key]
 
 
 def _close_all() -> None:
     with _pools_lock:
-        pools = [workers for _, workers in _pools.values()]
+        pools = list(_pools.values())
         _pools.clear()
     for workers in pools:
         workers.close()
 
 
 # Python waits for its threads before atexit handlers run, and a thread waiting on a worker
-# stuck in a reward function never ends; hooks registered here run before that wait.
+# stuck in a reward function never ends; hooks registered here run before that wait, the
+# latest first: after those of the executors' modules, imported here first for that.
 threading._register_atexit(_close_all)  # type: ignore[attr-defined]
 
 

@@ -1,11 +1,11 @@
 """A reward-file worker process: pickled argument tuples in on stdin, pickled replies out on a
 private pipe.
 
-Started by `_function.RewardWorkers` as `python -m agenthub.envs.reward_func._worker PARENT_PID
-FILE`. It imports FILE once, answers `("ready",)`, then for each request calls `reward_func`
-in its main thread and answers `("ok", result)` or `("error", type name, message,
-traceback)`. It dies with its parent and keeps stdout for its replies: the function's prints
-go to stderr.
+Started by `_function._Worker` as `python -m agenthub.envs.reward_func._worker PARENT_PID
+FILE`. It takes the parent's `sys.path`, imports FILE once, answers `("ready",)`, then for each
+request calls `reward_func` in its main thread and answers `("ok", result)` or `("error", type
+name, message, traceback)`. It dies with its parent and keeps stdout for its replies: the
+function's prints go to stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from agenthub._worker_process import become_worker
 
 def main() -> None:
     replies = become_worker(death_signal=False)  # started by whichever thread calls first
+    sys.path[:] = pickle.load(sys.stdin.buffer)  # the parent's: the file imports as it did there
     from agenthub.envs.reward_func._function import import_reward_func
 
     try:
