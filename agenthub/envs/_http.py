@@ -254,6 +254,8 @@ class JsonEndpoint:
             if status >= 500 or status in _TRY_AGAIN:
                 failures.append(_Failure(url, "answered", f"HTTP {status}: {_excerpt(response)}"))
                 retry_after = _retry_after(response, cap_s=min(policy.timeout_s, 60.0))
+                if status in _BUSY and no_answer is None:
+                    no_answer = ServerBusy(f"HTTP {status}")
                 continue
             if status >= 400:
                 raise self.error(
@@ -272,15 +274,23 @@ class JsonEndpoint:
         await self._client.aclose()
 
 
+class ServerBusy(Exception):
+    """An attempt was answered with a status that says the server is overloaded, not that
+    the request is wrong."""
+
+
 def server_answered(exc: BaseException) -> bool:
-    """Whether an endpoint's error comes from what servers answered (an error status, an
-    answer that cannot be used), not from an attempt that got no answer (a timeout, a refused
-    connection): only then may the request itself be to blame."""
-    return not isinstance(exc.__cause__, httpx.TransportError | TimeoutError)
+    """Whether an endpoint's error comes from what servers answered to the request itself (an
+    error status, an answer that cannot be used), not from an attempt that got no answer (a
+    timeout, a refused connection) or was told to come back later (408, 429, 502-504): only
+    then may the request itself be to blame, and sending its parts again not add to a load."""
+    return not isinstance(exc.__cause__, httpx.TransportError | TimeoutError | ServerBusy)
 
 
 _TRY_AGAIN = frozenset({408, 429})
 """4xx statuses retried like a 5xx: Request Timeout and Too Many Requests ask to try again."""
+_BUSY = frozenset({408, 429, 502, 503, 504})
+"""Statuses of an overloaded server or its gateway rather than of a bad request."""
 
 
 @dataclass(frozen=True)

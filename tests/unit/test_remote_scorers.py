@@ -208,20 +208,32 @@ async def test_a_sample_the_server_refuses_fails_alone_not_its_batch(
     assert [len(json.loads(r.content)["query"]) for r in seen] == [3, 1, 1, 1]
 
 
-async def test_a_batch_that_got_no_answer_is_not_sent_again_sample_by_sample() -> None:
+def _refuse(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("connection refused")
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (_refuse, "could not be reached"),
+        (lambda request: httpx.Response(429, text="slow down"), "HTTP 429"),
+        (lambda request: httpx.Response(503, text="overloaded"), "HTTP 503"),
+    ],
+)
+async def test_a_batch_that_got_no_answer_is_not_sent_again_sample_by_sample(
+    answer: Any, said: str
+) -> None:
+    # Sending each sample of a batch alone would only multiply the wait, or the load on a
+    # server that asked to be sent less.
     seen: list[httpx.Request] = []
-
-    def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused")
-
-    transport = recording(refuse, seen)
+    transport = recording(answer, seen)
     rm = RemoteRewardModel(
         "http://down.test/get_reward", max_retries=1, backoff_s=0.001, batch_window_s=0.05,
         transport=transport,
     )  # fmt: skip
     outcomes = await score_together(rm, ["a", "b", "c"])
     await rm.aclose()
-    assert all("could not be reached" in str(o) for o in outcomes.values())
+    assert all(said in str(o) for o in outcomes.values())
     assert len(seen) == 2, "one batch, retried once"
 
 
