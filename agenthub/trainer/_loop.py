@@ -71,7 +71,9 @@ class RunDirectory:
         without the state.json that names the newest complete one, or a newest one gone."""
         state = self.state()
         saved = sorted(p.name for p in self.checkpoints.glob("step-*") if p.is_dir())
-        if state is None and saved:
+        # One checkpoint without a state.json is a first one cut off while it was written
+        # (state.json is written last); two mean that state.json was lost.
+        if state is None and len(saved) > 1:
             raise AgentHubError(
                 f"{self.checkpoints} holds checkpoints ({', '.join(saved)}) but no {STATE}, "
                 "which names the newest complete one; put it back, or move checkpoints/ "
@@ -319,6 +321,7 @@ class Trainer:
                 "starting it again from step 0"
             )
             self.dir.discard_logs()
+            shutil.rmtree(self.dir.checkpoints, ignore_errors=True)  # a first one cut off
         elif not self.resume and (state is not None or (self.dir.path / "metrics.jsonl").exists()):
             raise AgentHubError(
                 f"{self.dir.path} already holds a training run; pass --resume to continue it, "
