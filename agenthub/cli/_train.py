@@ -123,8 +123,9 @@ def _keep_what_the_checkpoint_needs(
         before, after = _dotted(base, key), _dotted(new, key)
         if before != after:
             changed.append((key, before, after))
-    if (base["algorithm"]["estimator"] == "gae") != (config.algorithm.estimator == "gae"):
-        changed.append(("algorithm.estimator", base["algorithm"]["estimator"], "..."))
+    estimator = _dotted(base, "algorithm.estimator")
+    if (estimator == "gae") != (config.algorithm.estimator == "gae"):  # a critic, or none
+        changed.append(("algorithm.estimator", estimator, config.algorithm.estimator))
     if changed:
         was = ", ".join(f"{key}={json.dumps(before)}" for key, before, _ in changed)
         raise AgentHubError(
