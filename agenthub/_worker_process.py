@@ -35,6 +35,20 @@ def start_worker(module: str, *args: str) -> subprocess.Popen[bytes]:
     )
 
 
+def kill_worker(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a worker, reap it and close the pipes to it."""
+    proc.kill()
+    proc.wait()
+    close_pipes(proc)
+
+
+def close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None and not pipe.closed:
+            with contextlib.suppress(OSError):
+                pipe.close()
+
+
 def become_worker(*, death_signal: bool = True) -> BinaryIO:
     """In a worker: die with the parent, ignore Ctrl-C (the parent decides when workers stop),
     and keep stdout for the replies, which go to the returned file: stray prints of the work go

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import contextlib
 import json
 import logging
 import os
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from agenthub._errors import AgentHubError
-from agenthub._worker_process import start_worker
+from agenthub._worker_process import close_pipes, kill_worker, start_worker
 
 __all__ = ["VerifierPool", "VerifierPoolError", "default_pool"]
 
@@ -97,9 +96,7 @@ class _Worker:
         return reply
 
     def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        self._close_pipes()
+        kill_worker(self.proc)
 
     def stop(self, grace_s: float = 1.0) -> None:
         """Close its input so it exits by itself; kill it if it does not within `grace_s`."""
@@ -110,13 +107,7 @@ class _Worker:
         except (subprocess.TimeoutExpired, OSError):
             self.proc.kill()
             self.proc.wait()
-        self._close_pipes()
-
-    def _close_pipes(self) -> None:
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None and not pipe.closed:
-                with contextlib.suppress(OSError):
-                    pipe.close()
+        close_pipes(self.proc)
 
 
 class VerifierPool:

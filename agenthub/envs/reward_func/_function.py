@@ -9,8 +9,7 @@ killed when the process exits, before Python waits for its threads.
 
 from __future__ import annotations
 
-import concurrent.futures.process  # before the exit hook is registered: see there
-import concurrent.futures.thread  # noqa: F401
+import concurrent.futures.thread  # noqa: F401  (before the exit hook is registered: see there)
 import functools
 import inspect
 import os
@@ -25,7 +24,7 @@ from typing import IO, Any
 import anyio
 
 from agenthub._errors import RewardFuncError
-from agenthub._worker_process import start_worker
+from agenthub._worker_process import kill_worker, start_worker
 from agenthub.envs._files import import_user_file
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
 
@@ -198,9 +197,11 @@ class _Call:
         self.cancelled = False
 
     def hold(self, worker: _Worker) -> bool:
-        """Record the worker the call runs on; False if the call was cancelled already."""
+        """Record the worker the call runs on; False, leaving it alone, if the call was
+        cancelled already."""
         with self._lock:
-            self._worker = worker
+            if not self.cancelled:
+                self._worker = worker
             return not self.cancelled
 
     def release(self) -> bool:
@@ -279,11 +280,7 @@ class _Worker:
         return f"died (exit code {code}{', killed' if code < 0 else ''}). {_DIED}"
 
     def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
+        kill_worker(self.proc)
 
 
 class _Workers:
@@ -305,9 +302,10 @@ class _Workers:
                     raise _WorkerDied("was stopped: Python is exiting")
                 worker = self._idle.pop() if self._idle else _Worker(self.path)
                 self._all.add(worker)
+            if not call.hold(worker):
+                self._put_back(worker)
+                raise _WorkerDied("was stopped: the call was cancelled")
             try:
-                if not call.hold(worker):
-                    raise _WorkerDied("was not started: the call was cancelled")
                 result = worker.call(args)
             except _RaisedInWorker:
                 self._release(worker, call)
@@ -325,9 +323,14 @@ class _Workers:
             return result
 
     def _release(self, worker: _Worker, call: _Call) -> None:
-        kept = call.release()  # a cancelled call's worker may be dying
+        if call.release():  # else the call was cancelled, and its worker may be dying
+            self._put_back(worker)
+        else:
+            self._discard(worker)
+
+    def _put_back(self, worker: _Worker) -> None:
         with self._lock:
-            if kept and not self._closed and worker.proc.poll() is None:
+            if not self._closed and worker.proc.poll() is None:
                 self._idle.append(worker)
                 return
         self._discard(worker)
@@ -375,7 +378,8 @@ def _close_all() -> None:
 
 # Python waits for its threads before atexit handlers run, and a thread waiting on a worker
 # stuck in a reward function never ends; hooks registered here run before that wait, the
-# latest first: after those of the executors' modules, imported here first for that.
+# latest first: after the thread executor's (imported above for that), whose hook waits for
+# its threads, one of which may be waiting on a worker.
 threading._register_atexit(_close_all)  # type: ignore[attr-defined]
 
 
