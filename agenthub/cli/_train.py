@@ -8,7 +8,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
 from agenthub.cli._envs import find_local_envs, run_dir
@@ -85,15 +85,13 @@ def train_command(args: argparse.Namespace) -> int:
             raise AgentHubError(f"--resume: {out} holds no training run (no config.json)")
     if base is None and args.env is None and not args.config:
         raise AgentHubError("agenthub train needs --env ID (see `agenthub envs list`)")
-    config = load_config(args.config, overrides, base=copy.deepcopy(base))
+    config = load_config(args.config, overrides, base=copy.deepcopy(base))  # base stays as saved
     if base is not None and base["env"] != config.env:
         raise AgentHubError(
             f"--resume: {out} trains env {base['env']!r}, not {config.env!r}; drop --env or "
             "choose another --out"
         )
     out = out or run_dir("train", config.env)
-    if base is not None:
-        _keep_what_the_checkpoint_needs(RunDirectory(out), base, config)
     find_local_envs(config.env)
     if args.print_config:
         print(config.model_dump_json(indent=2))
@@ -103,42 +101,6 @@ def train_command(args: argparse.Namespace) -> int:
         print(f"agenthub train: the run in {out} {complete}", file=sys.stderr)
         return 0
     return _run(config, out, args.resume)
-
-
-_CHECKPOINT_BOUND = ("model", "learner.zero_stage", "learner.bf16", "ray.rollout_workers")
-"""Settings a checkpoint is written for: DeepSpeed loads its states only into the same model,
-ZeRO stage and precision, and each rollout worker keeps its own place in the tasks."""
-
-
-def _keep_what_the_checkpoint_needs(
-    run: RunDirectory, base: dict[str, Any], config: TrainConfig
-) -> None:
-    """Refuse, before Ray starts, a resume that changes what its checkpoint depends on (it
-    would fail in DeepSpeed's loader half a minute later)."""
-    if run.checked_state() is None:
-        return  # no checkpoint yet: the run starts again from step 0, with any settings
-    new = config.model_dump(mode="json")
-    changed = []
-    for key in _CHECKPOINT_BOUND:
-        before, after = _dotted(base, key), _dotted(new, key)
-        if before != after:
-            changed.append((key, before, after))
-    estimator = _dotted(base, "algorithm.estimator")
-    if (estimator == "gae") != (config.algorithm.estimator == "gae"):  # a critic, or none
-        changed.append(("algorithm.estimator", estimator, config.algorithm.estimator))
-    if changed:
-        was = ", ".join(f"{key}={json.dumps(before)}" for key, before, _ in changed)
-        raise AgentHubError(
-            f"--resume: the checkpoints in {run.path} were written with {was}, which they need "
-            "to load; resume with the same (drop the change), or start a new run with another "
-            "--out"
-        )
-
-
-def _dotted(tree: dict[str, Any], key: str) -> Any:
-    for part in key.split("."):
-        tree = tree.get(part) if isinstance(tree, dict) else None  # type: ignore[assignment]
-    return tree
 
 
 def _complete(run: RunDirectory, config: TrainConfig) -> str | None:

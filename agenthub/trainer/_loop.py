@@ -124,6 +124,34 @@ class RunDirectory:
             shutil.rmtree(self.checkpoints / old, ignore_errors=True)
 
 
+_CHECKPOINT_BOUND = ("model", "learner.zero_stage", "learner.bf16", "ray.rollout_workers")
+"""Settings a checkpoint is written for: DeepSpeed loads its states only into the same model,
+ZeRO stage and precision, and each rollout worker keeps its own place in the tasks."""
+
+
+def _keep_what_the_checkpoint_needs(run: Path, saved: dict[str, Any], config: TrainConfig) -> None:
+    """Refuse, before anything starts, a resume that changes what its checkpoint depends on
+    (it would fail in DeepSpeed's loader half a minute later)."""
+    new = config.model_dump(mode="json")
+    changed = [key for key in _CHECKPOINT_BOUND if _dotted(saved, key) != _dotted(new, key)]
+    estimator = _dotted(saved, "algorithm.estimator")
+    if (estimator == "gae") != (config.algorithm.estimator == "gae"):  # a critic, or none
+        changed.append("algorithm.estimator")
+    if changed:
+        was = ", ".join(f"{key}={json.dumps(_dotted(saved, key))}" for key in changed)
+        raise AgentHubError(
+            f"--resume: the checkpoints in {run} were written with {was}, which they need to "
+            "load; resume with the same (drop the change), or start a new run with another --out"
+        )
+
+
+def _dotted(tree: dict[str, Any], key: str) -> Any:
+    value: Any = tree
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -311,8 +339,10 @@ class Trainer:
     # -- setup ---------------------------------------------------------------------------
 
     def _prepare_directory(self) -> dict[str, Any] | None:
-        self.dir.saved_config()  # a directory that is not a run's is refused, not overwritten
+        saved = self.dir.saved_config()  # a directory not a run's is refused, not overwritten
         state = self.dir.checked_state()
+        if self.resume and state is not None and saved is not None:
+            _keep_what_the_checkpoint_needs(self.dir.path, saved, self.config)
         if self.resume and state is None:
             # Stopped before its first checkpoint (killed, or Ctrl-C twice): the start is the
             # last state it can go back to, so it starts again in the same directory.

@@ -411,6 +411,15 @@ def test_a_resume_that_changes_what_its_checkpoint_needs_is_refused_before_it_st
     assert _files(run) == before and not ray.is_initialized()
 
 
+def test_the_trainer_itself_refuses_a_resume_its_checkpoint_cannot_take(tmp_path: Path) -> None:
+    run = _checkpointed_run(tmp_path)
+    before = _files(run)
+    changed = load_config([], ["env=math", "learner.zero_stage=3"])
+    with pytest.raises(AgentHubError, match="written with learner.zero_stage=2"):
+        Trainer(changed, tmp_path, resume=True)._prepare_directory()
+    assert _files(run) == before
+
+
 def test_a_resumed_run_keeps_its_saved_config_until_its_checkpoint_loads(tmp_path: Path) -> None:
     run = _checkpointed_run(tmp_path)
     saved = run.saved_config()
