@@ -564,7 +564,7 @@ class Trainer:
                 if step % cfg.run.checkpoint_every == 0:
                     await self._checkpoint(step, now - started)
                 if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.max_steps:
-                    evals.append(asyncio.create_task(self._evaluate(step)))
+                    evals.append(asyncio.create_task(self._evaluate(step, after=sync)))
                 if step % 5 == 0:
                     self._metrics.plot()
                 if self.on_step is not None:
@@ -739,7 +739,11 @@ class Trainer:
         self._sync_s = await self._learner.send_weights.remote(version)
         await self._admission.set_version.remote(version)
 
-    async def _evaluate(self, step: int) -> None:
+    async def _evaluate(self, step: int, after: asyncio.Task[None] | None = None) -> None:
+        """Held-out reward of step `step`'s policy: the evaluation waits for that step's weight
+        sync (`after`), or in async mode it would measure the policy before it."""
+        if after is not None:
+            await after
         cfg = self.config.eval
         result = await self._workers[0].evaluate.remote(
             cfg.tasks, cfg.split, cfg.temperature, cfg.samples_per_task
@@ -753,13 +757,17 @@ class Trainer:
                 "eval/reward": result["reward"],
                 "eval/score": result["score"],
                 "eval/policy_version": result["version"],
+                "eval/policy_version_max": result["version_max"],
                 "eval/errors": result["errors"],
             }
         )
         self._metrics.plot()
+        versions = f" {result['version']}"
+        if result["version_max"] != result["version"]:
+            versions = f"s {result['version']}-{result['version_max']}"
         self.log(
             f"held-out reward {result['reward']:.3f} at step {step} "
-            f"({result['episodes']} episodes, policy version {result['version']})"
+            f"({result['episodes']} episodes, policy version{versions})"
         )
 
     async def _checkpoint(self, step: int, elapsed_s: float) -> None:

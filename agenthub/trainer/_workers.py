@@ -203,7 +203,9 @@ class RolloutWorker:
     async def evaluate(
         self, tasks: int, split: str, temperature: float, samples: int
     ) -> dict[str, Any]:
-        """Mean reward and score of the current policy on the first `tasks` tasks of `split`."""
+        """Mean reward and score of the current policy on the first `tasks` tasks of `split`,
+        with the oldest and newest policy version that sampled their tokens (rollouts go on
+        meanwhile, so a weight sync can land in the middle of an evaluation)."""
         selected = list(itertools.islice(self.keeper.tasks(split), tasks))
         config = RolloutConfig(
             sampling=self.rollout.sampling.replace(temperature=temperature, seed=0),
@@ -221,8 +223,12 @@ class RolloutWorker:
         version = self.engine.policy_version
         done = await runner.collect(selected)
         ok = [t for t in done if t.error is None]
+        sampled = [
+            v for t in done for v, m in zip(t.policy_versions, t.loss_mask, strict=True) if m
+        ]
         return {
-            "version": version,
+            "version": min(sampled, default=version),
+            "version_max": max(sampled, default=version),
             "reward": sum(t.reward for t in ok) / len(ok) if ok else float("nan"),
             "score": sum(t.success_score for t in ok) / len(ok) if ok else float("nan"),
             "episodes": len(done),

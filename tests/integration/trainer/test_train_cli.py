@@ -115,6 +115,7 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert all(r["learner/sync_s"] > 0 for r in records[2:]), "weight syncs are timed"
     evals = [r for r in _records(out) if "eval/reward" in r]
     assert evals[0]["step"] == 0 and evals[0]["eval/policy_version"] == 0
+    assert all(r["eval/policy_version"] >= r["step"] for r in evals), "evaluated after the sync"
     samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
 
