@@ -16,6 +16,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -143,6 +144,27 @@ def _keep_what_the_checkpoint_needs(run: Path, saved: dict[str, Any], config: Tr
             f"--resume: the checkpoints in {run} were written with {was}, which they need to "
             "load; resume with the same (drop the change), or start a new run with another --out"
         )
+
+
+def _join_ray(address: str, options: dict[str, Any]) -> None:
+    """`ray.init(address=...)`, failing with what to do: Ray itself retries an address that
+    does not answer for minutes, and names its own flags when `auto` finds no cluster."""
+    import ray
+
+    hint = (
+        "start the cluster's head with `ray start --head` (its address is printed), or leave "
+        "out --ray-address (ray.address) to train on this machine alone"
+    )
+    host, colon, port = address.rpartition(":")
+    if colon and port.isdigit() and "://" not in address:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        except OSError as exc:
+            raise AgentHubError(f"no Ray cluster answers at {address} ({exc}); {hint}") from None
+    try:
+        ray.init(address=address, **options)
+    except ConnectionError as exc:
+        raise AgentHubError(f"could not join a Ray cluster at {address} ({exc}); {hint}") from None
 
 
 def _dotted(tree: dict[str, Any], key: str) -> Any:
@@ -374,7 +396,7 @@ class Trainer:
             "log_to_driver": True,
         }
         if self.config.ray.address:
-            ray.init(address=self.config.ray.address, **options)
+            _join_ray(self.config.ray.address, options)
         else:
             # Ray runs its workers at niceness 15 by default; here they are the job itself,
             # and would lose their cores to anything else on the machine.
@@ -532,11 +554,8 @@ class Trainer:
             while step < cfg.run.max_steps:
                 if self._stop.is_set():
                     break
-                if time.monotonic() >= deadline:
-                    self.stop_reason = f"reached max_minutes={cfg.run.max_minutes:g}"
-                    break
                 step_start = time.monotonic()
-                batch = await self._assemble(step, running)
+                batch = await self._assemble(step, running, deadline)
                 if batch is None:
                     break
                 if sync is not None:
@@ -620,12 +639,16 @@ class Trainer:
         )
         return sum(int(s["generated_tokens"]) for s in stats if not isinstance(s, BaseException))
 
-    async def _assemble(self, version: int, running: list[Any]) -> _Batch | None:
-        """Take groups off the queue until `batch_groups` usable ones are in hand."""
+    async def _assemble(self, version: int, running: list[Any], deadline: float) -> _Batch | None:
+        """Take groups off the queue until `batch_groups` usable ones are in hand; None when
+        the run stops first (its time is up while the groups come slowly, say)."""
         algo = self.config.algorithm
         batch = _Batch()
         while len(batch.groups) < algo.batch_groups:
             if self._stop.is_set():
+                return None
+            if time.monotonic() >= deadline:
+                self.stop_reason = f"reached max_minutes={self.config.run.max_minutes:g}"
                 return None
             waited = time.monotonic()
             try:

@@ -280,6 +280,45 @@ def test_only_failed_groups_in_a_row_count_towards_stopping_the_run(tmp_path: Pa
     assert "checkpointed at step 7" in message and "run.max_failed_groups=32" in message
 
 
+class _FlatGroups:
+    """A queue that hands out, slowly, groups whose rewards are all equal (filtered), and an
+    admission that takes their places back: a batch that never fills."""
+
+    def __init__(self) -> None:
+        self.discard = self
+
+    async def get_batch(self, n: int, timeout_s: float) -> list[list[Trajectory]]:
+        await asyncio.sleep(0.05)
+        return [[_trajectory(1.0, 0), _trajectory(1.0, 0)]]
+
+    async def remote(self, n: int) -> None:
+        pass
+
+
+@pytest.mark.timeout(30)
+def test_the_time_limit_stops_a_batch_that_fills_slowly(tmp_path: Path) -> None:
+    import time
+
+    trainer = Trainer(load_config([], ["env=math", "run.max_minutes=0.01"]), tmp_path)
+    trainer._queue = trainer._admission = _FlatGroups()
+    deadline = time.monotonic() + 0.3
+    assert asyncio.run(trainer._assemble(0, [], deadline)) is None
+    assert time.monotonic() - deadline < 1 and trainer.stop_reason == "reached max_minutes=0.01"
+
+
+@pytest.mark.timeout(60)
+def test_a_ray_address_nobody_answers_at_fails_at_once(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as unused:  # a port nothing listens on once it is closed
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    config = load_config([], ["env=math", f"ray.address=127.0.0.1:{port}"])
+    with pytest.raises(AgentHubError, match=f"no Ray cluster answers at 127.0.0.1:{port}") as e:
+        Trainer(config, tmp_path)._start_ray()  # Ray itself would retry it for minutes
+    assert "`ray start --head`" in str(e.value) and "leave out --ray-address" in str(e.value)
+
+
 def test_batches_carry_advantages_or_for_gae_the_rewards_the_critic_needs(tmp_path: Path) -> None:
     from agenthub.trainer._loop import Trainer, _Batch
 
