@@ -39,6 +39,7 @@ STATE = "state.json"
 CONFIG = "config.json"
 CHECKPOINTS = "checkpoints"
 MODEL = "model"  # the policy as a Hugging Face model, written with each checkpoint
+SAMPLES = "trajectories.jsonl"  # trajectories of each step, `run.save_trajectories` of them
 
 
 class RunDirectory:
@@ -102,18 +103,29 @@ class RunDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.path / CONFIG, config.model_dump_json(indent=2) + "\n")
 
-    def rewind_metrics(self, step: int) -> None:
-        """Forget what was logged after the checkpoint at `step` (a run killed between
-        checkpoints logged steps it will take again when resumed)."""
+    def samples_size(self) -> int:
+        """Bytes in trajectories.jsonl: a checkpoint records it, to rewind the file to."""
+        path = self.path / SAMPLES
+        return path.stat().st_size if path.exists() else 0
+
+    def rewind_logs(self, state: dict[str, Any]) -> None:
+        """Forget what was logged after the checkpoint `state` names (a run killed between
+        checkpoints logged steps it will take again when resumed): metrics of later steps, and
+        sample trajectories written after it (their size then, in checkpoints of this version;
+        older ones did not record it, and their samples stay)."""
         path = self.path / "metrics.jsonl"
         if path.exists():
-            kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+            kept = [r for r in read_metrics(path) if r.get("step", 0) <= int(state["step"])]
             _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+        size = state.get("samples_bytes")
+        if size is not None and self.samples_size() > size:
+            with (self.path / SAMPLES).open("r+b") as samples:
+                samples.truncate(size)
 
     def discard_logs(self) -> None:
         """Delete what the run logged (metrics, sample trajectories, the reward plot, its wandb
         run's id), for a run that starts again from step 0."""
-        for name in ("metrics.jsonl", "trajectories.jsonl", "reward.png", "wandb_run_id"):
+        for name in ("metrics.jsonl", SAMPLES, "reward.png", "wandb_run_id"):
             (self.path / name).unlink(missing_ok=True)
 
     def write_state(self, state: dict[str, Any], keep: int) -> None:
@@ -130,11 +142,16 @@ _CHECKPOINT_BOUND = ("model", "learner.zero_stage", "learner.bf16", "ray.rollout
 ZeRO stage and precision, and each rollout worker keeps its own place in the tasks."""
 
 
-def _keep_what_the_checkpoint_needs(run: Path, saved: dict[str, Any], config: TrainConfig) -> None:
+def _keep_what_the_checkpoint_needs(
+    run: Path, saved: dict[str, Any], state: dict[str, Any], config: TrainConfig
+) -> None:
     """Refuse, before anything starts, a resume that changes what its checkpoint depends on
-    (it would fail in DeepSpeed's loader half a minute later)."""
+    (it would fail in DeepSpeed's loader half a minute later). Precision is compared as the
+    learner resolved it (`bf16` in the state; `learner.bf16=null` means by the device), once
+    the learner has started, in checkpoints that record it."""
     new = config.model_dump(mode="json")
-    changed = [key for key in _CHECKPOINT_BOUND if _dotted(saved, key) != _dotted(new, key)]
+    bound = [k for k in _CHECKPOINT_BOUND if not (k == "learner.bf16" and "bf16" in state)]
+    changed = [key for key in bound if _dotted(saved, key) != _dotted(new, key)]
     estimator = _dotted(saved, "algorithm.estimator")
     if (estimator == "gae") != (config.algorithm.estimator == "gae"):  # a critic, or none
         changed.append("algorithm.estimator")
@@ -364,7 +381,7 @@ class Trainer:
         saved = self.dir.saved_config()  # a directory not a run's is refused, not overwritten
         state = self.dir.checked_state()
         if self.resume and state is not None and saved is not None:
-            _keep_what_the_checkpoint_needs(self.dir.path, saved, self.config)
+            _keep_what_the_checkpoint_needs(self.dir.path, saved, state, self.config)
         if self.resume and state is None:
             # Stopped before its first checkpoint (killed, or Ctrl-C twice): the start is the
             # last state it can go back to, so it starts again in the same directory.
@@ -380,7 +397,7 @@ class Trainer:
                 "or choose another --out"
             )
         if state is not None:
-            self.dir.rewind_metrics(int(state["step"]))
+            self.dir.rewind_logs(state)
         else:  # a resumed run's config is saved once its checkpoint has loaded
             self.dir.write_config(self.config)
         return state
@@ -517,7 +534,9 @@ class Trainer:
                 await asyncio.gather(*(w.start.remote() for w in workers))
                 ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in workers))
                 await learner.open_weight_sync.remote(workers, list(ranks))
+                self._bf16 = await learner.uses_bf16.remote()
                 if state is not None:
+                    self._check_precision(state)
                     steps = await learner.load_checkpoint.remote(
                         str(self.dir.checkpoints), state["tag"]
                     )
@@ -631,6 +650,7 @@ class Trainer:
 
     _last_eval: float | None = None
     _first_eval: float | None = None
+    _bf16 = False  # whether the learner trains in bf16, as it resolved learner.bf16
 
     async def _generated_tokens(self) -> int:
         # A dead worker is noticed, and its error raised, where the batch waits for it.
@@ -752,7 +772,7 @@ class Trainer:
         n = self.config.run.save_trajectories
         if not n:
             return
-        with (self.dir.path / "trajectories.jsonl").open("a", encoding="utf-8") as sink:
+        with (self.dir.path / SAMPLES).open("a", encoding="utf-8") as sink:
             for t in [t for group in batch.groups for t in group][:n]:
                 sink.write(t.model_dump_json() + "\n")
 
@@ -813,8 +833,24 @@ class Trainer:
                     for i, s in enumerate(stats)
                 ],
                 "elapsed_s": elapsed_s,
+                "samples_bytes": self.dir.samples_size(),
+                "bf16": self._bf16,
             },
             keep=self.config.run.keep_checkpoints,
+        )
+
+    def _check_precision(self, state: dict[str, Any]) -> None:
+        """DeepSpeed loads a checkpoint only in the precision it was written in: with
+        `learner.bf16=null` that depends on the device the learner landed on."""
+        if state.get("bf16", self._bf16) == self._bf16:
+            return
+        asked = self.config.learner.bf16
+        how = "as asked" if asked is not None else "chosen by its device, learner.bf16=null"
+        raise AgentHubError(
+            f"--resume: checkpoint {state['tag']} was written by a learner training "
+            f"{'in' if state['bf16'] else 'without'} bf16, and this one trains "
+            f"{'in' if self._bf16 else 'without'} it ({how}); resume with "
+            f"learner.bf16={json.dumps(state['bf16'])}"
         )
 
     async def _checkpoint_after_failure(

@@ -264,6 +264,10 @@ class LearnerWorker:
     def step(self, batch: Any) -> dict[str, float]:
         return self.learner.step(batch)
 
+    def uses_bf16(self) -> bool:
+        """Whether the learner trains in bf16 (`learner.bf16=null` decides by its device)."""
+        return self.learner.bf16
+
     def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> None:
         """Open the weight-transfer group with the rollout workers' engines."""
         from agenthub.trainer._weight_sync import open_sender, transfer_backend

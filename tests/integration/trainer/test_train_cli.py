@@ -139,6 +139,8 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert f"resumed from {killed_after['tag']}" in again.stdout + again.stderr
     steps = [r["step"] for r in _records(out) if "train/reward" in r]
     assert steps == list(range(1, target + 1)), "steps after the last checkpoint were redone once"
+    samples_file = (out / "trajectories.jsonl").read_text()
+    assert samples_file.count("\n") == 4 * target, "run.save_trajectories=4 samples per step"
     after = _state(out)
     assert after["step"] == target
     assert after["tasks_drawn"][0] > killed_after["tasks_drawn"][0] > state["tasks_drawn"][0]

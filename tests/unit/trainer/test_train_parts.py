@@ -384,14 +384,22 @@ def test_gae_brings_a_critic_whose_settings_can_be_given() -> None:
     assert load_config([], [], base=resolved) == ppo, "a resumed run keeps its critic"
 
 
-def test_resuming_forgets_metrics_logged_after_the_checkpoint(tmp_path: Path) -> None:
+def test_resuming_forgets_what_was_logged_after_the_checkpoint(tmp_path: Path) -> None:
     run = RunDirectory(tmp_path)
     lines = [{"step": s, "train/reward": 0.1} for s in range(1, 6)] + [
         {"step": 4, "eval/reward": 1}
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    run.rewind_metrics(3)
+    samples = tmp_path / "trajectories.jsonl"
+    samples.write_text('{"step 1 sample": 1}\n')
+    at_checkpoint = run.samples_size()
+    samples.write_text(samples.read_text() + '{"step 4 sample": 1}\n{"cut off by the kil')
+    run.rewind_logs({"step": 3, "samples_bytes": at_checkpoint})
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+    assert samples.read_text() == '{"step 1 sample": 1}\n', "samples after it are gone"
+
+    run.rewind_logs({"step": 3})  # a checkpoint from before samples_bytes was recorded
+    assert samples.read_text() == '{"step 1 sample": 1}\n'
 
 
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_path: Path) -> None:
@@ -457,6 +465,28 @@ def test_the_trainer_itself_refuses_a_resume_its_checkpoint_cannot_take(tmp_path
     with pytest.raises(AgentHubError, match="written with learner.zero_stage=2"):
         Trainer(changed, tmp_path, resume=True)._prepare_directory()
     assert _files(run) == before
+
+
+def test_precision_is_compared_as_the_learner_resolved_it(tmp_path: Path) -> None:
+    # learner.bf16=null means "by the device": a CPU run's checkpoint resumed where the learner
+    # lands on a bf16 GPU would fail in DeepSpeed's loader; null -> true there is no change.
+    run = _checkpointed_run(tmp_path)
+    state = {**(run.state() or {}), "bf16": False}
+    (run.checkpoints / "state.json").write_text(json.dumps(state))
+    explicit = Trainer(load_config([], ["env=math", "learner.bf16=false"]), tmp_path, resume=True)
+    explicit._prepare_directory()  # null -> false: compared once the learner says what it uses
+    explicit._bf16 = False
+    explicit._check_precision(state)
+
+    auto = Trainer(load_config([], ["env=math"]), tmp_path, resume=True)
+    auto._bf16 = True  # the learner landed on a bf16 GPU
+    with pytest.raises(AgentHubError) as refused:
+        auto._check_precision(state)
+    assert str(refused.value) == (
+        "--resume: checkpoint step-2 was written by a learner training without bf16, and this "
+        "one trains in it (chosen by its device, learner.bf16=null); resume with "
+        "learner.bf16=false"
+    )
 
 
 def test_a_resumed_run_keeps_its_saved_config_until_its_checkpoint_loads(tmp_path: Path) -> None:
