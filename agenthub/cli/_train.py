@@ -182,8 +182,9 @@ def _run(config: object, out: Path, resume: bool) -> int:
             # The closing evaluation comes after the last step's report.
             on_step(dataclasses.replace(last[0], eval_reward=summary["last_eval_reward"]))
     model = " model/," if config.run.save_model else ""
+    steps = f"{summary['steps']} step" + ("" if summary["steps"] == 1 else "s")
     console.print(
-        f"stopped after {summary['steps']} steps ({summary['stopped']}); "
+        f"stopped after {steps} ({summary['stopped']}); "
         f"checkpoint,{model} metrics.jsonl and reward.png in {out}"
     )
     if summary["first_eval_reward"] is not None:
