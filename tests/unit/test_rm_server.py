@@ -209,6 +209,15 @@ def test_a_model_scores_an_empty_batch_as_no_rewards(classifier: Scorer) -> None
     assert classifier([], [], []) == RewardOutput(rewards=[])
 
 
+def test_a_model_scores_an_empty_query_alone_as_it_does_batched(classifier: Scorer) -> None:
+    # The tiny model's tokenizer adds no BOS token: alone, "" is a batch of no tokens at all.
+    with TestClient(build_app(classifier, name="model")) as client:
+        alone = client.post("/get_reward", json={"query": [""]})
+        batched = client.post("/get_reward", json={"query": ["", "Hello"]})
+    assert alone.status_code == 200, alone.text
+    assert alone.json()["rewards"] == pytest.approx(batched.json()["rewards"][:1], abs=1e-5)
+
+
 def test_a_model_whose_reward_head_would_start_random_is_refused(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="serving a model needs the train extra")
     from agenthub.envs.judge._rm_model import SequenceClassifierScorer

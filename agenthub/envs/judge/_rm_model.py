@@ -46,14 +46,12 @@ class SequenceClassifierScorer:
         if not queries:
             return RewardOutput(rewards=[])
         inputs = self.tokenizer(
-            queries,
-            padding=True,
-            truncation=True,
-            max_length=self.max_length,
-            return_tensors="pt",
-        ).to(self.device)
+            queries, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        if inputs["input_ids"].shape[1] == 0:
+            _pad_to_one_token(inputs, self.tokenizer.pad_token_id)
         with self._torch.inference_mode():
-            logits = self.model(**inputs).logits
+            logits = self.model(**inputs.to(self.device)).logits
         return _finite(logits[:, 0].float().cpu().tolist())
 
 
@@ -121,6 +119,15 @@ def _value_head(path: Path) -> Any:
             if _VALUE_HEAD in weights.keys():  # noqa: SIM118 - safe_open has no `in`
                 return weights.get_tensor(_VALUE_HEAD)
     return None
+
+
+def _pad_to_one_token(inputs: Any, pad_token_id: int) -> None:
+    """Give a batch of only empty queries (from a tokenizer adding no BOS token, no token at
+    all) the one masked pad token each has when batched with a longer query: the model cannot
+    run on no tokens, and a query must score the same alone as batched with others."""
+    for name in list(inputs):
+        inputs[name] = inputs[name].new_zeros((inputs[name].shape[0], 1))
+    inputs["input_ids"].fill_(pad_token_id)
 
 
 def _without_endings(text: str, endings: tuple[str | None, ...]) -> str:
