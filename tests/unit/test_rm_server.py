@@ -34,6 +34,28 @@ def test_a_body_without_a_query_list_is_told_what_is_missing(body: str, message:
     assert message in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('{"query": ""}', "'query' must be a list of strings, not a string"),
+        ('{"query": {"q": "a"}}', "'query' must be a list of strings, not an object"),
+        ('{"query": ["a", 1]}', "'query' must be a list of strings; item 1 is a number"),
+        (
+            '{"query": ["a"], "prompts": [null]}',
+            "'prompts' must be a list of strings; item 0 is null",
+        ),
+        (
+            '{"query": ["a"], "labels": "a"}',
+            "'labels' must be a list with one item per query (1), got a string",
+        ),
+    ],
+)
+def test_a_field_of_the_wrong_kind_is_told_what_was_sent(body: str, message: str) -> None:
+    with pytest.raises(BadRequest) as raised:
+        parse_request(body.encode())
+    assert str(raised.value) == message
+
+
 def _label_in_query(queries: list[str], prompts: list[str], labels: list[Any]) -> list[float]:
     return [float(label in q) for q, label in zip(queries, labels, strict=True)]
 

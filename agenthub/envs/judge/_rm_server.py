@@ -36,8 +36,9 @@ class BadRequest(ValueError):
 
 
 _SHAPE = '{"query": [...], "prompts"?: [...], "labels"?: [...]}'
-# What a JSON body that is no object parses to, in JSON's words.
+# What a JSON value parses to, in JSON's words.
 _JSON_KINDS: dict[type, str] = {
+    dict: "an object",
     list: "an array",
     str: "a string",
     int: "a number",
@@ -61,9 +62,7 @@ def parse_request(
     if "query" not in body:
         sent = ", ".join(repr(k) for k in body) or "none"
         raise BadRequest(f"missing field 'query' (fields sent: {sent}); send {_SHAPE}")
-    queries = body["query"]
-    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-        raise BadRequest("'query' must be a list of strings")
+    queries = _strings(body["query"], "query")
     n = len(queries)
     columns: dict[str, list[Any]] = {}
     for name in ("prompts", "labels"):
@@ -76,12 +75,22 @@ def parse_request(
         if value is None:
             value = [""] * n if name == "prompts" else [None] * n
         if not isinstance(value, list) or len(value) != n:
-            got = f"{len(value)} items" if isinstance(value, list) else type(value).__name__
+            got = f"{len(value)} items" if isinstance(value, list) else _JSON_KINDS[type(value)]
             raise BadRequest(f"'{name}' must be a list with one item per query ({n}), got {got}")
         columns[name] = value
-    if not all(isinstance(p, str) for p in columns["prompts"]):
-        raise BadRequest("'prompts' must be a list of strings")
-    return queries, columns["prompts"], columns["labels"]
+    return queries, _strings(columns["prompts"], "prompts"), columns["labels"]
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    """`value`, a list of strings; else `BadRequest` saying what was sent instead."""
+    if not isinstance(value, list):
+        raise BadRequest(f"'{name}' must be a list of strings, not {_JSON_KINDS[type(value)]}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise BadRequest(
+                f"'{name}' must be a list of strings; item {i} is {_JSON_KINDS[type(item)]}"
+            )
+    return value
 
 
 @dataclass(eq=False)
