@@ -222,9 +222,13 @@ def test_an_empty_batch_gets_the_fields_a_sample_would_get_empty(
 ) -> None:
     # OpenRLHF splits a batch over several servers; with fewer samples than servers, some get
     # none, and an error there loses the rewards of the whole batch.
-    with TestClient(build_app(RewardFunction(function), name="empty")) as client:
+    scorer = RewardFunction(function)
+    app = build_app(scorer, name="empty", needs_labels=scorer.takes_labels)
+    with TestClient(app) as client:
         got = client.post("/get_reward", json={"query": [], "prompts": [], "labels": []})
+        bare = client.post("/get_reward", json={"query": []})  # no labels to send for none
     assert got.status_code == 200 and got.json() == answer
+    assert bare.status_code == 200 and bare.json() == answer
 
 
 def test_a_model_scores_an_empty_batch_as_no_rewards(classifier: Scorer) -> None:

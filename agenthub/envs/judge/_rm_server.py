@@ -52,7 +52,8 @@ def parse_request(
     raw: bytes, *, needs_labels: bool = False
 ) -> tuple[list[str], list[str], list[Any]]:
     """The (queries, prompts, labels) of a `/get_reward` body; raises `BadRequest`. Labels may
-    be left out unless `needs_labels`: a scorer that reads them must not get None for each."""
+    be left out unless `needs_labels` and there are queries: a scorer that reads them must not
+    get None for each."""
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -67,7 +68,7 @@ def parse_request(
     columns: dict[str, list[Any]] = {}
     for name in ("prompts", "labels"):
         value = body.get(name)
-        if value is None and name == "labels" and needs_labels:
+        if value is None and name == "labels" and needs_labels and n:
             raise BadRequest(
                 f"missing field 'labels': this reward function takes labels; send one per "
                 f"query ({n})"
