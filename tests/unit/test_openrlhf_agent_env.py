@@ -264,3 +264,47 @@ async def test_broken_agent_files_give_clear_errors(
             await env.step("x")
         finally:
             await env.aclose()
+
+
+@pytest.mark.parametrize("method", ["reset", "step"])
+def test_a_plain_def_reset_or_step_is_refused_when_loaded(tmp_path: Path, method: str) -> None:
+    # OpenRLHF awaits both; a plain def would fail there on the first episode.
+    path = tmp_path / "agent_func.py"
+    path.write_text(
+        "from openrlhf.utils.agent import AgentInstanceBase\n"
+        "class AgentInstance(AgentInstanceBase):\n"
+        f"    {'' if method == 'reset' else 'async '}def reset(self, states, **kwargs):\n"
+        "        return states\n"
+        f"    {'' if method == 'step' else 'async '}def step(self, states, **kwargs):\n"
+        "        return {'rewards': 1.0, 'environment_feedback': '', 'done': True}\n"
+    )
+    with pytest.raises(AgentFuncError) as raised:
+        make("openrlhf_agent", agent_func=str(path))
+    assert str(raised.value) == (
+        f"{path}: AgentInstance.{method} is a plain `def`, and OpenRLHF awaits an agent's reset "
+        f"and step: make it `async def {method}(self, states, **kwargs)` (blocking code inside "
+        "it is fine: each episode's agent runs on an event loop of its own)"
+    )
+
+
+async def test_an_async_step_under_a_wrapping_decorator_still_runs(tmp_path: Path) -> None:
+    path = tmp_path / "agent_func.py"
+    path.write_text(
+        "import functools\n"
+        "from openrlhf.utils.agent import AgentInstanceBase\n"
+        "def logged(step):\n"
+        "    @functools.wraps(step)\n"
+        "    def wrapper(*args, **kwargs):\n"
+        "        return step(*args, **kwargs)\n"
+        "    return wrapper\n"
+        "class AgentInstance(AgentInstanceBase):\n"
+        "    @logged\n"
+        "    async def step(self, states, **kwargs):\n"
+        "        return {'rewards': 1.0, 'environment_feedback': '', 'done': True}\n"
+    )
+    env = make("openrlhf_agent", agent_func=str(path))
+    try:
+        await env.reset(Task(id="t", prompt="p"))
+        assert (await env.step("x")).reward == 1.0
+    finally:
+        await env.aclose()

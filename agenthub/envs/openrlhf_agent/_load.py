@@ -46,7 +46,26 @@ def _import_agent_class(path: Path) -> type:
             "(or, as in OpenRLHF's first agent API, a module-level "
             "`async def step(observation, action, label, **kwargs)`)"
         )
+    _refuse_plain_methods(cls, path)
     return cls
+
+
+def _refuse_plain_methods(cls: type, path: Path) -> None:
+    """OpenRLHF's executor awaits `reset` and `step`, so a plain `def` fails there on the first
+    episode; it is refused when the file is loaded, as a reward file's `async def
+    reward_func` is, rather than run in a way OpenRLHF never runs it."""
+    for name in ("reset", "step"):
+        method = getattr(cls, name, None)
+        method = method and inspect.unwrap(method)  # through functools.wraps decorators
+        if inspect.isfunction(method) and not (
+            inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
+        ):
+            raise AgentFuncError(
+                f"{path}: {cls.__qualname__}.{name} is a plain `def`, and OpenRLHF awaits an "
+                f"agent's reset and step: make it `async def {name}(self, states, **kwargs)` "
+                "(blocking code inside it is fine: each episode's agent runs on an event loop "
+                "of its own)"
+            )
 
 
 def _step_function_agent(step: Any, path: Path) -> type:
