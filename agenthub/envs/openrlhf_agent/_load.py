@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from agenthub._errors import AgentFuncError
+from agenthub.envs import _openrlhf
 from agenthub.envs._files import import_user_file
-from agenthub.envs.openrlhf_agent import _compat
 from agenthub.envs.openrlhf_agent._step_func import StepFunctionAgent
 
 _classes: dict[tuple[Path, int], type] = {}
@@ -31,7 +31,7 @@ def load_agent_instance_class(path: str | Path) -> type:
 
 
 def _import_agent_class(path: Path) -> type:
-    _compat.install()
+    _openrlhf.install()
     module = import_user_file(path, kind="agent", error=AgentFuncError)
     executor_cls = getattr(module, "AgentExecutor", None)
     if inspect.isclass(executor_cls):
@@ -89,7 +89,7 @@ def _refuse_custom_execute(executor_cls: type, path: Path) -> None:
     train on something other than what the file asks for."""
     for klass in executor_cls.__mro__:
         execute = vars(klass).get("execute")
-        ours = klass.__module__ == _compat.__name__ or klass.__module__.startswith("openrlhf.")
+        ours = klass.__module__ == _openrlhf.__name__ or klass.__module__.startswith("openrlhf.")
         if execute is None or ours:
             continue
         if not _only_calls_super(execute):
