@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from agenthub._errors import AgentHubError, TaskFileError
+from agenthub.envs import _openrlhf
 
 
 def read_jsonl_records(path: str | Path) -> Iterator[tuple[str, str, dict[str, Any]]]:
@@ -55,5 +56,8 @@ def import_user_file(path: Path, *, kind: str, error: type[AgentHubError]) -> Mo
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(name, None)
+        missing = _openrlhf.missing_import(exc, path)
+        if missing is not None:
+            raise error(f"{kind} file {path} {missing}") from exc
         raise error(f"importing {kind} file {path} raised {type(exc).__name__}: {exc}") from exc
     return module

@@ -308,3 +308,27 @@ async def test_an_async_step_under_a_wrapping_decorator_still_runs(tmp_path: Pat
         assert (await env.step("x")).reward == 1.0
     finally:
         await env.aclose()
+
+
+def test_an_agent_file_importing_more_of_openrlhf_is_told_it_is_not_installed(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "grading.py").write_text("import openrlhf.models\n")
+    path = tmp_path / "agent_func.py"
+    path.write_text(
+        "from openrlhf.utils.agent import AgentInstanceBase\n"
+        "from openrlhf.utils import grade_answer\n"
+    )
+    with pytest.raises(AgentFuncError) as raised:
+        make("openrlhf_agent", agent_func=str(path))
+    assert str(raised.value) == (
+        f"agent file {path} imports from OpenRLHF (line 2, "
+        "`from openrlhf.utils import grade_answer`), which is not installed: without it, "
+        "agenthub provides only openrlhf.utils.agent's AgentInstanceBase, AgentExecutorBase "
+        "and MultiTurnAgentExecutor, to agent files. pip install openrlhf, or drop that import"
+    )
+    path.write_text("import grading\n")  # the import is in a module the file imports
+    with pytest.raises(
+        AgentFuncError, match=r"\(.*grading\.py line 1, `import openrlhf\.models`\)"
+    ):
+        make("openrlhf_agent", agent_func=str(path))

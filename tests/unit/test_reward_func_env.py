@@ -1,8 +1,10 @@
+import sys
 from pathlib import Path
 
 import pytest
 
 from agenthub import RewardFuncError, Task, make
+from agenthub.envs import _openrlhf
 from agenthub.envs.reward_func import RewardFunction, load_reward_func
 from agenthub.testing import check_env
 
@@ -129,6 +131,67 @@ def test_files_without_reward_func_or_missing_are_clear(tmp_path: Path) -> None:
     (tmp_path / "bad.py").write_text("import no_such_module_abc\n")
     with pytest.raises(RewardFuncError, match="importing .*bad.py raised ModuleNotFoundError"):
         load_reward_func(tmp_path / "bad.py")
+
+
+_NO_OPENRLHF = (
+    "which is not installed: without it, agenthub provides only openrlhf.utils.agent's "
+    "AgentInstanceBase, AgentExecutorBase and MultiTurnAgentExecutor, to agent files. "
+    "pip install openrlhf, or drop that import"
+)
+
+
+def test_a_reward_file_importing_openrlhf_is_told_it_is_not_installed(tmp_path: Path) -> None:
+    path = tmp_path / "r.py"
+    path.write_text(
+        "from openrlhf.utils import grade_answer\n\n"
+        "def reward_func(q, p, l):\n    return [1.0] * len(q)\n"
+    )
+    with pytest.raises(RewardFuncError) as raised:
+        load_reward_func(path)
+    assert str(raised.value) == (
+        f"reward function file {path} imports from OpenRLHF (line 1, "
+        f"`from openrlhf.utils import grade_answer`), {_NO_OPENRLHF}"
+    )
+
+
+def test_a_worker_that_cannot_import_openrlhf_says_so(tmp_path: Path) -> None:
+    _openrlhf.install()  # as loading an agent file does here; a worker process has no stand-in
+    path = tmp_path / "r.py"
+    path.write_text(
+        "from openrlhf.utils.agent import AgentInstanceBase\n\n"
+        "def reward_func(q, p, l):\n    return [1.0] * len(q)\n"
+    )
+    function = load_reward_func(path, processes=1)
+    with pytest.raises(RewardFuncError) as raised:
+        function(["q"], ["p"], [""])
+    assert (
+        f"could not import the file: reward function file {path} imports from OpenRLHF (line 1, "
+        f"`from openrlhf.utils.agent import AgentInstanceBase`), {_NO_OPENRLHF}"
+    ) in str(raised.value)
+
+
+def test_a_failed_import_from_an_installed_openrlhf_is_reported_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = tmp_path / "site"
+    (site / "openrlhf" / "utils").mkdir(parents=True)
+    (site / "openrlhf" / "__init__.py").write_text("")
+    (site / "openrlhf" / "utils" / "__init__.py").write_text("")
+    for name in [m for m in sys.modules if m.partition(".")[0] == "openrlhf"]:
+        monkeypatch.delitem(sys.modules, name)  # the stand-in, if an agent file put it there
+    monkeypatch.syspath_prepend(str(site))
+    path = tmp_path / "r.py"
+    path.write_text("from openrlhf.utils import grade_answer\n")
+    try:
+        with pytest.raises(RewardFuncError) as raised:
+            load_reward_func(path)
+    finally:
+        for name in [m for m in sys.modules if m.partition(".")[0] == "openrlhf"]:
+            del sys.modules[name]
+    assert str(raised.value).startswith(
+        f"importing reward function file {path} raised ImportError: cannot import name "
+        "'grade_answer' from 'openrlhf.utils'"
+    )
 
 
 def test_exactly_one_scorer_is_required(fixtures: Path) -> None:
