@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="worker processes for --reward-func, each importing it (default: one per core, up "
-        "to 4; 0: a thread); batches are scored one at a time",
+        "to 4; 0: a thread); each scores a batch at a time",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument("--port", type=int, default=5000, help="port to listen on")
@@ -45,16 +45,21 @@ def serve_rm_command(args: argparse.Namespace) -> int:
     from agenthub.envs.reward_func import load_reward_func
 
     scorer: Scorer
-    needs_labels = False
+    needs_labels, concurrency = False, 1
     if args.reward_func:
         function = load_reward_func(args.reward_func, processes=args.reward_processes)
         scorer, needs_labels = function, function.takes_labels
+        concurrency = max(1, function.processes)  # a thread is one at a time, as OpenRLHF's
         name = f"reward function {args.reward_func}"
     else:
         model = load_model_scorer(args.model, device=args.device, max_length=args.max_length)
         scorer, name = model, f"{model.kind} {args.model}"
     app = build_app(
-        scorer, name=name, max_batch_size=args.max_batch_size, needs_labels=needs_labels
+        scorer,
+        name=name,
+        max_batch_size=args.max_batch_size,
+        needs_labels=needs_labels,
+        concurrency=concurrency,
     )
     print(
         f"agenthub serve-rm: {name} on http://{args.host}:{args.port}/get_reward "

@@ -190,6 +190,41 @@ def test_a_failing_request_does_not_fail_the_requests_batched_with_it() -> None:
     assert health["batches"] == 4, "first, then good and bad together, then each alone"
 
 
+class _Meets:
+    """A scorer whose calls wait for `parties` of them to be running at once."""
+
+    def __init__(self, parties: int) -> None:
+        self.barrier = threading.Barrier(parties, timeout=5)
+
+    def __call__(self, queries: list[str], prompts: list[str], labels: list[Any]) -> RewardOutput:
+        self.barrier.wait()
+        return RewardOutput(rewards=[1.0] * len(queries))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_batches_are_scored_as_many_at_once_as_there_are_workers(concurrency: int) -> None:
+    # max_batch_size=1 keeps the two requests in two batches.
+    app = build_app(_Meets(2), name="meets", max_batch_size=1, concurrency=concurrency)
+    answers: list[int] = []
+    with TestClient(app) as client:
+        posts = [
+            threading.Thread(
+                target=lambda: answers.append(
+                    client.post("/get_reward", json={"query": ["a"]}).status_code
+                )
+            )
+            for _ in range(2)
+        ]
+        for post in posts:
+            post.start()
+        for post in posts:
+            post.join(30)
+    # One at a time, the first call waits for a second that cannot start, and breaks the
+    # barrier for both.
+    assert sorted(answers) == ([200, 200] if concurrency == 2 else [500, 500])
+
+
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory: pytest.TempPathFactory) -> Scorer:
     """A tiny sequence classifier whose tokenizer and config name no pad token."""

@@ -111,9 +111,14 @@ class BatchStats:
 
 
 class _Batcher:
-    def __init__(self, scorer: Scorer, max_batch_size: int) -> None:
+    """Gathers waiting requests into batches of up to `max_batch_size` samples and scores up to
+    `concurrency` batches at once (one per worker process of a reward file; a model, on one
+    device, takes one). A batch is gathered when a scorer is free, from what waited for it."""
+
+    def __init__(self, scorer: Scorer, max_batch_size: int, concurrency: int = 1) -> None:
         self.scorer = scorer
         self.max_batch_size = max_batch_size
+        self.concurrency = concurrency
         self.stats = BatchStats()
         self.stopped: str | None = None
         """Why the scoring loop ended, once it has: every request from then on fails with it."""
@@ -144,12 +149,15 @@ class _Batcher:
             self._stop("the server is shutting down")
             raise
         except BaseException as exc:  # not raised on: the server must keep answering, saying why
+            exc = _alone(exc)
             _logger.error("agenthub serve-rm: the scoring loop stopped", exc_info=exc)
             self._stop(f"the scoring loop stopped on {_describe(exc)}; restart agenthub serve-rm")
 
     async def _loop(self) -> None:
-        async with self._receive:
+        free = anyio.Semaphore(self.concurrency)
+        async with self._receive, anyio.create_task_group() as scoring:
             async for first in self._receive:
+                await free.acquire()
                 batch, size = [first], len(first.samples[0])
                 while size < self.max_batch_size:
                     try:
@@ -158,7 +166,13 @@ class _Batcher:
                         break
                     batch.append(more)
                     size += len(more.samples[0])
-                await self._score(batch)
+                scoring.start_soon(self._score_then_release, batch, free)
+
+    async def _score_then_release(self, batch: list[_Request], free: anyio.Semaphore) -> None:
+        try:
+            await self._score(batch)
+        finally:
+            free.release()
 
     def _stop(self, reason: str) -> None:
         self.stopped = reason
@@ -191,6 +205,16 @@ class _Batcher:
             request.done.set()
 
 
+def _alone(exc: BaseException) -> BaseException:
+    """What stopped a batch's task, out of the exception group its task group wraps it in
+    (duck-typed: the group is a builtin from Python 3.11, a backport's class on 3.10)."""
+    inner = getattr(exc, "exceptions", None)
+    while isinstance(inner, tuple) and len(inner) == 1 and isinstance(inner[0], BaseException):
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return exc
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -213,11 +237,17 @@ def _slice(output: RewardOutput, lo: int, hi: int) -> RewardOutput:
 
 
 def build_app(
-    scorer: Scorer, *, name: str, max_batch_size: int = 64, needs_labels: bool = False
+    scorer: Scorer,
+    *,
+    name: str,
+    max_batch_size: int = 64,
+    needs_labels: bool = False,
+    concurrency: int = 1,
 ) -> Starlette:
     """The Starlette app: `POST /get_reward` and `GET /health`. With `needs_labels`, a request
-    without labels is refused (422) instead of scoring None labels."""
-    batcher = _Batcher(scorer, max_batch_size)
+    without labels is refused (422) instead of scoring None labels. Up to `concurrency` batches
+    are scored at once."""
+    batcher = _Batcher(scorer, max_batch_size, concurrency)
 
     async def get_reward(request: Request) -> JSONResponse:
         try:

@@ -107,6 +107,11 @@ class RewardFunction:
         self._file = file
         self._processes = processes
 
+    @property
+    def processes(self) -> int:
+        """Worker processes calling the function; 0 when it is called in a thread."""
+        return self._processes if self._file is not None else 0
+
     def __call__(
         self,
         queries: list[str],
