@@ -11,6 +11,8 @@ synchronous: rollouts wait for each step's weights.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -19,7 +21,7 @@ import signal
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -50,6 +52,36 @@ class RunDirectory:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.checkpoints = path / CHECKPOINTS
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the directory for one run: a second run on it (a `--resume` while the first
+        still trains) would interleave both runs' logs and checkpoints. The lock is the
+        directory's own (flock), so no file is left behind and a killed run holds none."""
+        created = not self.path.exists()
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise AgentHubError(
+                f"cannot create the run directory {self.path} ({exc.strerror}); choose another "
+                "--out"
+            ) from None
+        try:
+            if not os.access(self.path, os.W_OK):
+                raise AgentHubError(f"cannot write to {self.path}; choose another --out")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise AgentHubError(
+                    f"{self.path} is in use by another agenthub train run; wait for it to end "
+                    "(or stop it), or choose another --out"
+                ) from None
+            yield
+        finally:
+            os.close(fd)
+            if created and not any(self.path.iterdir()):
+                self.path.rmdir()  # a run refused before it wrote anything leaves nothing
 
     def saved_config(self) -> dict[str, Any] | None:
         """The run's config.json, None without one; `AgentHubError` for one that is not a
@@ -182,6 +214,21 @@ def _join_ray(address: str, options: dict[str, Any]) -> None:
         ray.init(address=address, **options)
     except ConnectionError as exc:
         raise AgentHubError(f"could not join a Ray cluster at {address} ({exc}); {hint}") from None
+
+
+def _disk_full(path: Path, below: int = 256 << 20) -> str | None:
+    """What to say when the disk holding `path` has less than `below` bytes free (a
+    checkpoint is the model's weights and optimizer states): None when it has more."""
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return None
+    if free >= below:
+        return None
+    return (
+        f"the disk holding {path} is full ({free >> 20} MB free); free space there and resume "
+        f"with agenthub train --out {path} --resume"
+    )
 
 
 def _dotted(tree: dict[str, Any], key: str) -> Any:
@@ -441,7 +488,12 @@ class Trainer:
 
         owns_ray = not ray.is_initialized()
         try:
-            return asyncio.run(self._main())
+            with self.dir.locked():
+                return asyncio.run(self._main())
+        except KeyboardInterrupt:
+            if self._set_up:  # Ctrl-C twice: what was trained since the last checkpoint is gone
+                self.log(f"quit without saving. {self._how_to_go_on()}")
+            raise
         except ray.exceptions.RayActorError as exc:
             # A process of the run died (the OOM killer, a crash in native code): Ray's message
             # says which and why; the driver's traceback adds nothing.
@@ -453,6 +505,9 @@ class Trainer:
                 not isinstance(exc, AgentHubError) or isinstance(exc, ray.exceptions.RayError)
             ):
                 self.log(f"the run failed: {type(exc).__name__}. {self._how_to_go_on()}")
+            full = None if isinstance(exc, AgentHubError) else _disk_full(self.dir.path)
+            if full is not None:  # writers fail in their own words (torch: "unexpected pos")
+                raise AgentHubError(f"{full}; {type(exc).__name__}: {exc}") from exc
             raise
         finally:
             if owns_ray and ray.is_initialized():
@@ -875,9 +930,13 @@ class Trainer:
             self.log(f"checkpointed step {step} after the failure")
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class _interruptible:
-    """The first Ctrl-C (or SIGTERM) asks the trainer to stop after the current step and save
-    a checkpoint; a second Ctrl-C stops at once."""
+    """The first Ctrl-C (or SIGTERM, or SIGHUP: the terminal or ssh session closed) asks the
+    trainer to stop after the current step and save a checkpoint; a second Ctrl-C stops at
+    once."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, trainer: Trainer) -> None:
         self.loop = loop
@@ -888,17 +947,17 @@ class _interruptible:
         self.presses += 1
         if self.presses > 1:
             raise KeyboardInterrupt
+        self.trainer.stop(f"interrupted by {sig.name}")  # first: a closed terminal fails writes
         self.trainer.log(
             f"{sig.name}: stopping after this step and saving a checkpoint "
             "(press Ctrl-C again to quit without saving)"
         )
-        self.trainer.stop(f"interrupted by {sig.name}")
 
     def __enter__(self) -> _interruptible:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             self.loop.add_signal_handler(sig, self._handle, sig)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             self.loop.remove_signal_handler(sig)

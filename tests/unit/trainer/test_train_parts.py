@@ -402,6 +402,77 @@ def test_resuming_forgets_what_was_logged_after_the_checkpoint(tmp_path: Path) -
     assert samples.read_text() == '{"step 1 sample": 1}\n'
 
 
+def test_a_run_directory_in_use_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ray
+
+    from agenthub.cli import main
+
+    run = _checkpointed_run(tmp_path / "run")
+    before = _files(run)
+    with run.locked():  # a run training there
+        assert main(["train", "--out", str(run.path), "--resume", "--steps", "5"]) == 1
+    assert f"{run.path} is in use by another agenthub train run" in capsys.readouterr().err
+    assert _files(run) == before and not ray.is_initialized()
+    with run.locked():
+        pass  # and free again once the first run ends
+
+
+def test_a_run_directory_that_cannot_be_made_says_so(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    unmakeable = RunDirectory(tmp_path / "file" / "run")
+    with (
+        pytest.raises(AgentHubError, match="cannot create the run directory .*; choose another"),
+        unmakeable.locked(),
+    ):
+        pass
+    with RunDirectory(tmp_path / "new").locked():
+        pass
+    assert not (tmp_path / "new").exists(), "a run that wrote nothing leaves no directory"
+
+
+def test_a_full_disk_is_named_when_a_run_fails(tmp_path: Path) -> None:
+    from agenthub.trainer._loop import _disk_full
+
+    assert _disk_full(tmp_path) is None
+    said = _disk_full(tmp_path, below=1 << 62)
+    assert said is not None and said.startswith(f"the disk holding {tmp_path} is full (")
+    assert said.endswith(
+        f"free space there and resume with agenthub train --out {tmp_path} --resume"
+    )
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_closed_terminal_stops_the_run_with_a_checkpoint_as_ctrl_c_does(sig: str) -> None:
+    import os
+    import signal
+
+    from agenthub.trainer._loop import _interruptible
+
+    class Run:
+        def __init__(self) -> None:
+            self.stopped: list[str] = []
+            self.event = asyncio.Event()
+
+        def stop(self, reason: str) -> None:
+            self.stopped.append(reason)
+            self.event.set()
+
+        def log(self, message: str) -> None:
+            raise OSError(5, "Input/output error")  # the terminal is gone
+
+    async def main(run: Run) -> None:
+        with _interruptible(asyncio.get_running_loop(), run):  # type: ignore[arg-type]
+            os.kill(os.getpid(), getattr(signal, sig))
+            await run.event.wait()
+
+    run = Run()
+    asyncio.run(main(run))
+    assert run.stopped == [f"interrupted by {sig}"]
+
+
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_path: Path) -> None:
     # Killed (or Ctrl-C twice) before checkpoint 1: a new run there is refused, so --resume
     # must start it again rather than send the user back to the command that refused.
