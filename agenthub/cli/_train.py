@@ -177,16 +177,23 @@ def _run(config: object, out: Path, resume: bool) -> int:
     )
     console.print(f"agenthub train: env {config.env}, run directory {out}")
     with progress:
-        summary = trainer.run()
+        try:
+            summary = trainer.run()
+        finally:
+            if not started:  # the bar's last words were a log line, printed above it already
+                progress.update(bar, stats="")
         if last and summary["last_eval_reward"] is not None:
             # The closing evaluation comes after the last step's report.
             on_step(dataclasses.replace(last[0], eval_reward=summary["last_eval_reward"]))
     model = " model/," if config.run.save_model else ""
     steps = f"{summary['steps']} step" + ("" if summary["steps"] == 1 else "s")
-    console.print(
-        f"stopped after {steps} ({summary['stopped']}); "
-        f"checkpoint,{model} metrics.jsonl and reward.png in {out}"
-    )
+    if summary["steps"] == 0:
+        console.print(f"stopped before the first step ({summary['stopped']}); nothing to save")
+    else:
+        console.print(
+            f"stopped after {steps} ({summary['stopped']}); "
+            f"checkpoint,{model} metrics.jsonl and reward.png in {out}"
+        )
     if summary["first_eval_reward"] is not None:
         console.print(
             f"held-out reward: {summary['first_eval_reward']:.3f} at the start, "

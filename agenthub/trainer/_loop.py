@@ -21,7 +21,7 @@ import signal
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -584,9 +584,14 @@ class Trainer:
             )
             self._metrics = metrics
             running: list[Any] = []
+            started = False
             try:
                 self.log(f"starting {len(workers)} rollout worker(s) and the learner")
-                await asyncio.gather(*(w.start.remote() for w in workers))
+                if not await self._unless_stopped(
+                    asyncio.gather(*(w.start.remote() for w in workers))
+                ):
+                    return self._stopped_before_training(step, elapsed_before)
+                started = True
                 ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in workers))
                 await learner.open_weight_sync.remote(workers, list(ranks))
                 self._bf16 = await learner.uses_bf16.remote()
@@ -605,16 +610,49 @@ class Trainer:
                     self.log(f"resumed from {state['tag']} (policy version {step})")
                 elif cfg.eval.every:
                     self.log("evaluating the starting policy on held-out tasks")
-                    await self._evaluate(0)
+                    if not await self._unless_stopped(self._evaluate(0)):
+                        return self._stopped_before_training(step, elapsed_before)
                 running = [w.run.remote() for w in workers]
                 return await self._loop(step, elapsed_before, running)
             finally:
                 _cancel(running)
-                await asyncio.gather(*(w.close.remote() for w in workers), return_exceptions=True)
+                if started:  # else a worker may be inside vLLM's start-up, which nothing cuts
+                    await asyncio.gather(
+                        *(w.close.remote() for w in workers), return_exceptions=True
+                    )
                 metrics.close()
                 queue.shutdown()
                 for actor in [learner, admission, *workers]:
                     ray.kill(actor)
+
+    async def _unless_stopped(self, work: Awaitable[Any]) -> bool:
+        """Await `work` unless the run is stopped first (Ctrl-C while the engines start or the
+        starting policy is evaluated: a minute's wait otherwise); False then, `work` dropped."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not task.done():
+                task.cancel()
+                # A gather whose parts are cancelled ends with an error nobody asks for.
+                task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        if not task.done():
+            return False
+        task.result()
+        return True
+
+    def _stopped_before_training(self, step: int, elapsed_s: float) -> dict[str, Any]:
+        """The summary of a run stopped before its first step of this session: nothing was
+        learned, so there is nothing to checkpoint."""
+        return {
+            "steps": step,
+            "stopped": self.stop_reason,
+            "elapsed_s": elapsed_s,
+            "last_eval_reward": self._last_eval,
+            "first_eval_reward": self._first_eval,
+        }
 
     async def _loop(self, step: int, elapsed_before: float, running: list[Any]) -> dict[str, Any]:
         cfg = self.config
@@ -689,6 +727,9 @@ class Trainer:
         if state is None or state["step"] != step:
             await self._checkpoint(step, elapsed)
         _cancel(running)
+        if self._stop.is_set():  # stopping: an evaluation under way is not waited for
+            for evaluation in evals:
+                evaluation.cancel()
         await asyncio.gather(*evals, return_exceptions=True)
         if cfg.eval.every and step > 0 and not self._stop.is_set():
             await self._evaluate(step)

@@ -432,6 +432,21 @@ def test_a_run_directory_that_cannot_be_made_says_so(tmp_path: Path) -> None:
     assert not (tmp_path / "new").exists(), "a run that wrote nothing leaves no directory"
 
 
+@pytest.mark.timeout(30)
+def test_ctrl_c_while_the_engines_start_does_not_wait_for_them(tmp_path: Path) -> None:
+    trainer = Trainer(load_config([], ["env=math"]), tmp_path)
+
+    async def main() -> tuple[bool, bool, bool]:
+        ready = await trainer._unless_stopped(asyncio.sleep(0.01))
+        start_up = asyncio.ensure_future(asyncio.sleep(60))  # vLLM starting, say
+        asyncio.get_running_loop().call_later(0.1, trainer.stop, "interrupted by SIGINT")
+        stopped = await trainer._unless_stopped(start_up)
+        await asyncio.sleep(0)
+        return ready, stopped, start_up.cancelled()
+
+    assert asyncio.run(main()) == (True, False, True)
+
+
 def test_a_full_disk_is_named_when_a_run_fails(tmp_path: Path) -> None:
     from agenthub.trainer._loop import _disk_full
 
