@@ -92,7 +92,8 @@ class ExecResult:
 
 
 class SandboxError(AgentHubError):
-    """The sandbox was misused (run after aclose) or could not be set up."""
+    """The sandbox was misused (run after aclose) or could not be set up; also what a caller
+    raises on a `sandbox_error` result when the run's outcome cannot stand in for the code's."""
 
 
 class SandboxUnavailableError(SandboxError):

@@ -18,7 +18,13 @@ from agenthub.envs.code_exec import (
     parse_spec,
     read_code_tasks,
 )
-from agenthub.sandbox import ExecResult, ExecStatus, FakeSandbox, UnisolatedSandbox
+from agenthub.sandbox import (
+    ExecResult,
+    ExecStatus,
+    FakeSandbox,
+    SandboxError,
+    UnisolatedSandbox,
+)
 from agenthub.testing import check_env
 from tests.code_tasks import function_task
 
@@ -267,15 +273,35 @@ async def test_a_call_that_changes_its_argument_is_tested_where_it_ran() -> None
     assert step.reward == 1.0, step.info
 
 
-async def test_a_sandbox_failure_is_a_typed_outcome_not_an_exception() -> None:
+@pytest.mark.parametrize("turn", [1, 2])
+async def test_a_sandbox_failure_fails_the_episode_instead_of_scoring_zero(turn: int) -> None:
+    # Killed containers or a vanished engine say nothing about the code: an episode trained on
+    # as a zero (or fed "the sandbox failed" as feedback) would teach the model a lie.
     gone = ExecResult(ExecStatus.SANDBOX_ERROR, detail="the Docker engine does not answer")
-    env = CodeExecEnv(sandbox=FakeSandbox(lambda request: gone), max_turns=2)
+    runs = iter([ExecResult(ExecStatus.OK)] * (turn - 1) + [gone])
+    env = CodeExecEnv(sandbox=FakeSandbox(lambda request: next(runs)), max_turns=2)
+    await env.reset(ADD, seed=0)
+    for _ in range(turn - 1):
+        assert not (await env.step(fenced("def add(a, b):\n    return a - b"))).done
+    with pytest.raises(SandboxError, match="the Docker engine does not answer"):
+        await env.step(fenced("def add(a, b):\n    return a + b"))
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        ExecStatus.TIMEOUT,
+        ExecStatus.MEMORY_LIMIT,
+        ExecStatus.OUTPUT_LIMIT,
+        ExecStatus.KILLED,
+        ExecStatus.RUNTIME_ERROR,
+    ],
+)
+async def test_what_the_code_does_to_itself_is_scored_not_raised(status: ExecStatus) -> None:
+    env = CodeExecEnv(sandbox=FakeSandbox(lambda request: ExecResult(status)), max_turns=1)
     await env.reset(ADD, seed=0)
     step = await env.step(fenced("def add(a, b):\n    return a + b"))
-    assert step.info["status"] == "sandbox_error"
-    assert "The sandbox failed (not your fault)" in step.observation[0].content
-    last = await env.step(fenced("def add(a, b):\n    return a + b"))
-    assert last.extra_logs["sandbox_error"] == 1.0 and last.reward == 0.0
+    assert step.terminated and step.reward == 0.0 and step.info["status"] == str(status)
 
 
 async def test_aclose_closes_the_sandbox_and_step_needs_reset() -> None:

@@ -19,7 +19,7 @@ from agenthub.envs.code_exec._harness import (
     parse_spec,
     read_report,
 )
-from agenthub.sandbox import ExecStatus, Limits, Sandbox, SharedSandbox
+from agenthub.sandbox import ExecStatus, Limits, Sandbox, SandboxError, SharedSandbox
 
 
 class CodeExecEnv(Env[list[Message]]):
@@ -29,8 +29,10 @@ class CodeExecEnv(Env[list[Message]]):
     fail and turns remain, the env answers with the first failing test and the error's last
     lines, and the model tries again, up to `max_turns` attempts. The reward, given on the
     last step, is the fraction of tests the final attempt passed (`all_or_nothing=True`: 1 if
-    all passed, else 0); `score` is 1 if all passed, for pass@k and filtering. A sandbox
-    failure is reported in the observation and `info`, never raised.
+    all passed, else 0); `score` is 1 if all passed, for pass@k and filtering. What the code
+    does (a crash, a timeout, a memory or output limit) is the model's and scores; the sandbox
+    itself failing (`sandbox_error`: engine gone, container killed) raises `SandboxError`, so
+    the episode is recorded as failed instead of trained on as a zero.
 
     Tasks: `dataset` (split `train`) and `eval_dataset` (`held_out`) JSONL files in MBPP,
     HumanEval or agenthub format (`task_format`), else the built-in procedural generator
@@ -113,7 +115,6 @@ class CodeExecEnv(Env[list[Message]]):
             extra_logs={
                 "pass_fraction": report.fraction,
                 "turns": float(self._turn),
-                "sandbox_error": float(report.status == ExecStatus.SANDBOX_ERROR.value),
             },
         )
 
@@ -131,6 +132,13 @@ class CodeExecEnv(Env[list[Message]]):
             files=program.files,
             limits=Limits(timeout_s=budget, memory_mb=self.limits.memory_mb),
         )
+        if result.status is ExecStatus.SANDBOX_ERROR:
+            # The code may not have run: a reward or feedback would blame the model for it.
+            raise SandboxError(
+                f"the {self.sandbox.name} sandbox failed, so the code was not tested (not the "
+                f"model's fault): {result.detail}. Check that the sandbox backend works "
+                "(`agenthub sandbox run`)"
+            )
         return read_report(spec, program, result)
 
     def _feedback(self, report: TestReport) -> str:
