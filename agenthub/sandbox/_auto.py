@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._docker import IMAGE, DockerSandbox, check_image, connect
 from agenthub.sandbox._process import BwrapSandbox, UnisolatedSandbox, bwrap_problem
@@ -10,6 +12,11 @@ from agenthub.sandbox._types import Limits, SandboxUnavailableError
 __all__ = ["BACKENDS", "open_sandbox", "resolve_backend"]
 
 BACKENDS = ("auto", "docker", "bwrap", "unisolated")
+
+# What `auto` chose, per image. Probing an engine that accepts and never answers takes the
+# probe's whole timeout, and every environment instance resolves its backend when made.
+_chosen: dict[str | None, str] = {}
+_chosen_lock = threading.Lock()
 
 
 def docker_problem(image: str | None = None) -> str | None:
@@ -27,11 +34,29 @@ def docker_problem(image: str | None = None) -> str | None:
 
 def resolve_backend(backend: str = "auto", *, image: str | None = None) -> str:
     """The backend `open_sandbox(backend)` would use; raises `SandboxUnavailableError` saying
-    what to install when it cannot work here."""
+    what to install when it cannot work here. `auto` is decided once per process (and image)
+    until `forget_backend` says the choice broke."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown sandbox backend {backend!r}; choose one of {BACKENDS}")
     if backend == "unisolated":
         return backend
+    if backend == "auto":
+        with _chosen_lock:
+            if image not in _chosen:
+                _chosen[image] = _first_working(backend, image)
+            return _chosen[image]
+    return _first_working(backend, image)
+
+
+def forget_backend(failed: str, *, image: str | None = None) -> None:
+    """The backend `auto` chose, `failed`, broke: choose again at the next `resolve_backend`.
+    A no-op when `auto` has since chosen another."""
+    with _chosen_lock:
+        if _chosen.get(image) == failed:
+            del _chosen[image]
+
+
+def _first_working(backend: str, image: str | None) -> str:
     problems: dict[str, str] = {}
     if backend in ("auto", "docker"):
         problem = docker_problem(image)

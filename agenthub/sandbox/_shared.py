@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import anyio
 from anyio.lowlevel import RunVar
 
-from agenthub.sandbox._auto import open_sandbox, resolve_backend
+from agenthub.sandbox._auto import forget_backend, open_sandbox, resolve_backend
 from agenthub.sandbox._base import Sandbox
-from agenthub.sandbox._types import ExecResult, Limits, SandboxError
+from agenthub.sandbox._types import ExecResult, ExecStatus, Limits, SandboxError
 
 __all__ = ["SharedSandbox"]
 
@@ -32,8 +32,10 @@ class SharedSandbox(Sandbox):
     Environments run one instance per concurrent episode; each holds a handle, and all of them
     draw from one warm pool sized for the machine (`pool_size`, by default one container per
     core) instead of one pool each. The backend is resolved when the handle is made, so a
-    machine without any sandbox fails loudly at construction. The shared sandbox starts on the
-    first `run` and closes when the last handle using it is closed.
+    machine without any sandbox fails loudly at construction; `auto` is resolved once per
+    process, and again after a run of its choice failed with `sandbox_error` (a Docker engine
+    gone mid-run: later handles get bwrap). The shared sandbox starts on the first `run` and
+    closes when the last handle using it is closed.
     """
 
     def __init__(
@@ -45,6 +47,7 @@ class SharedSandbox(Sandbox):
         image: str | None = None,
     ) -> None:
         self.name = resolve_backend(backend, image=image)
+        self._auto = backend == "auto"
         self.limits = limits or Limits()
         self._key: _Key = (self.name, self.limits, pool_size, image)
         self._entry: _Entry | None = None
@@ -77,7 +80,10 @@ class SharedSandbox(Sandbox):
         limits: Limits | None = None,
     ) -> ExecResult:
         sandbox = await self._acquire()
-        return await sandbox.run(code, stdin=stdin, files=files, limits=limits or self.limits)
+        result = await sandbox.run(code, stdin=stdin, files=files, limits=limits or self.limits)
+        if self._auto and result.status is ExecStatus.SANDBOX_ERROR:
+            forget_backend(self.name, image=self._key[3])
+        return result
 
     async def aclose(self) -> None:
         """Give the handle back; the shared sandbox closes with its last handle."""

@@ -13,6 +13,8 @@ from agenthub.sandbox import (
     Limits,
     SandboxError,
     SharedSandbox,
+    _auto,
+    _shared,
     resolve_backend,
 )
 from agenthub.sandbox._common import RawOutcome, classify, needs_recycle, request_files
@@ -118,6 +120,43 @@ async def test_shared_handles_share_one_sandbox_until_the_last_closes() -> None:
     assert (await third.run("print(5)")).ok
     assert third._entry is not None and third._entry.sandbox is not underlying
     await third.aclose()
+
+
+class Probes:
+    """Stands in for the backends' probes: counts Docker probes, answers with `docker`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.docker: str | None = None
+        self.calls = 0
+        monkeypatch.setattr(_auto, "_chosen", {})
+        monkeypatch.setattr(_auto, "docker_problem", self.docker_problem)
+        monkeypatch.setattr(_auto, "bwrap_problem", lambda: None)
+
+    def docker_problem(self, image: str | None = None) -> str | None:
+        self.calls += 1
+        return self.docker
+
+
+def test_auto_probes_docker_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A hung engine makes each probe take its whole timeout; every env instance resolves.
+    probes = Probes(monkeypatch)
+    assert resolve_backend("auto") == resolve_backend("auto") == "docker"
+    assert probes.calls == 1
+    assert resolve_backend("docker") == "docker" and probes.calls == 2, "named: always checked"
+
+
+async def test_auto_chooses_again_after_its_choice_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    probes = Probes(monkeypatch)
+    gone = ExecResult(ExecStatus.SANDBOX_ERROR, detail="the Docker engine does not answer")
+    monkeypatch.setattr(_shared, "open_sandbox", lambda *a, **k: FakeSandbox(lambda r: gone))
+    handle = SharedSandbox("auto")
+    assert handle.name == "docker" and probes.calls == 1
+    probes.docker = "the Docker engine does not answer"
+    assert (await handle.run("print(1)")).status is ExecStatus.SANDBOX_ERROR
+    await handle.aclose()
+    assert SharedSandbox("auto").name == "bwrap" and probes.calls == 2
+    _auto.forget_backend("docker")  # a late failure of the old choice changes nothing
+    assert SharedSandbox("auto").name == "bwrap" and probes.calls == 2
 
 
 def test_public_names_are_exported() -> None:
