@@ -74,9 +74,22 @@ def remove_leftovers(client: Any) -> int:
     for container in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
         owner = container.labels.get(OWNER_LABEL, "")
         if _owner_is_dead(owner):
-            container.remove(force=True)
+            _force_remove(container)
             removed += 1
     return removed
+
+
+def _force_remove(container: Any) -> None:
+    """Kill and remove a container, done already if the engine's auto-removal got there first."""
+    import docker
+
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if exc.status_code != 409:  # 409: its removal is already in progress
+            raise
 
 
 def connect(timeout_s: float = 600.0) -> Any:
@@ -166,11 +179,15 @@ class DockerSandbox(Sandbox):
 
     def _create(self) -> Any:
         limits = self.limits
-        container = self._client.containers.run(
+        # Not detached, so the engine closes the supervisor's stdin when our attached socket
+        # closes (StdinOnce), even when this process is killed: the supervisor then exits and
+        # the engine removes the container (auto_remove) instead of leaving it to run.
+        container = self._client.containers.create(
             self.image,
             command=["python3", "-I", "-S", "-c", _RUNNER],
-            detach=True,
+            detach=False,
             stdin_open=True,
+            auto_remove=True,
             labels={CONTAINER_LABEL: "1", OWNER_LABEL: self._owner},
             network_mode="none",
             read_only=True,
@@ -189,18 +206,20 @@ class DockerSandbox(Sandbox):
         )
         with self._live_lock:
             self._live[container.id] = container
+        # Attached before it starts, so no moment of its life runs without an owner's socket.
+        channel = _Channel(container, self._client.api)
+        container.start()
         if self._closed:  # closed while this one was starting
-            self._remove(container)
-        return _Channel(container, self._client.api)
+            self._remove(channel)
+        return channel
 
     def _remove(self, container: Any) -> None:
-        import docker
-
+        channel = None
         if isinstance(container, _Channel):
-            container.close()
-            container = container.container
-        with contextlib.suppress(docker.errors.NotFound):
-            container.remove(force=True)
+            channel, container = container, container.container
+        _force_remove(container)
+        if channel is not None:
+            channel.close()
         with self._live_lock:
             self._live.pop(container.id, None)
 

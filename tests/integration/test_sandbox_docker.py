@@ -126,7 +126,9 @@ CRASHING_OWNER = textwrap.dedent(
     async def main():
         sandbox = DockerSandbox(pool_size=2)
         await sandbox.start()
-        print("ready", flush=True)
+        first = await sandbox.run("print(1)")
+        second = await sandbox.run("print(2)")
+        print("ready", first.stdout.strip(), second.stdout.strip(), flush=True)
         await anyio.sleep(600)
 
     anyio.run(main)
@@ -135,17 +137,50 @@ CRASHING_OWNER = textwrap.dedent(
 
 
 @pytest.mark.timeout(180)
-def test_containers_of_a_crashed_process_are_removed_at_the_next_start() -> None:
+def test_the_containers_of_a_killed_owner_exit_and_are_removed() -> None:
+    # SIGKILL, a double Ctrl-C or a lost terminal runs no clean-up code; the containers must
+    # not keep running until some later run happens to start.
     owner = subprocess.Popen(
         [sys.executable, "-c", CRASHING_OWNER], stdout=subprocess.PIPE, text=True
     )
     try:
-        assert owner.stdout is not None and owner.stdout.readline() == "ready\n"
-        assert len(containers_of(owner.pid)) == 2
+        assert owner.stdout is not None and owner.stdout.readline() == "ready 1 2\n"
+        pool = {c.id for c in containers_of(owner.pid)}
+        time.sleep(3.0)
+        assert {c.id for c in containers_of(owner.pid)} == pool and len(pool) == 2, (
+            "a live owner keeps its pool"
+        )
     finally:
-        owner.kill()  # SIGKILL: no clean-up code runs
+        owner.kill()
         owner.wait()
-    assert len(containers_of(owner.pid)) == 2
+    deadline = time.monotonic() + 30
+    while containers_of(owner.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert containers_of(owner.pid) == []
+
+
+NEVER_STARTED = textwrap.dedent(
+    """
+    import sys
+    from agenthub.sandbox import IMAGE
+    from agenthub.sandbox._docker import CONTAINER_LABEL, OWNER_LABEL, _owner, connect
+
+    # What an owner killed between creating a container and attaching to it leaves behind.
+    labels = {CONTAINER_LABEL: "1", OWNER_LABEL: _owner()}
+    container = connect().containers.create(IMAGE, command=["true"], labels=labels)
+    print(container.id, flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(180)
+def test_containers_of_a_crashed_process_are_removed_at_the_next_start() -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", NEVER_STARTED], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _, err = owner.communicate(timeout=120)
+    assert owner.returncode == 0, err
+    assert len(containers_of(owner.pid)) == 1
 
     async def next_start() -> None:
         async with DockerSandbox(pool_size=1) as sandbox:
