@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +25,12 @@ class OpenAIEngine(InferenceEngine):
     `token_id:N` with its logprob (newer vLLM also lists them under `token_ids` when asked with
     `return_token_ids`), so nothing is re-tokenized on either side. `base_url` ends
     in `/v1`. Build it with `await OpenAIEngine.connect(...)`, which asks `/models` for the
-    served model and its context length when they are not given.
+    served model and its context length when they are not given. With `vocab_size` (the
+    tokenizer's), a token id outside `0..vocab_size-1` is refused as the server's error.
+
+    Anything malformed in a reply (not JSON, no choices, a logprob that is not a number, a
+    token id that is not one) is an `EngineError` naming the URL and what was sent, so it
+    fails only the episode that asked.
     """
 
     def __init__(
@@ -35,11 +42,13 @@ class OpenAIEngine(InferenceEngine):
         api_key: str | None = None,
         timeout_s: float = 600.0,
         max_connections: int = 256,
+        vocab_size: int | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._max_model_len = max_model_len
+        self._vocab_size = vocab_size
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
@@ -101,8 +110,12 @@ class OpenAIEngine(InferenceEngine):
         if sampling.stop:
             body["stop"] = list(sampling.stop)
             body["include_stop_str_in_output"] = True
-        choice = (await self._post("/completions", body))["choices"][0]
-        return _parse_choice(choice, version, len(prompt_ids), self.base_url)
+        data = await self._post("/completions", body)
+        url = f"{self.base_url}/completions"
+        choices = data.get("choices")
+        if not (isinstance(choices, list) and choices and isinstance(choices[0], dict)):
+            raise EngineError(f"{url} answered without a completion in choices: {_excerpt(data)}")
+        return _parse_choice(choices[0], version, len(prompt_ids), url, self._vocab_size)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -113,7 +126,16 @@ class OpenAIEngine(InferenceEngine):
             raise EngineError(
                 f"{self.base_url}{path} answered {response.status_code}: {response.text[:500]}"
             )
-        data: dict[str, Any] = response.json()
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            # A proxy's error page, say, sent with 200.
+            raise EngineError(
+                f"{self.base_url}{path} answered 200 but not with a JSON object: "
+                f"{_excerpt(response.text)}"
+            )
         return data
 
     async def _served_model(self, model: str | None) -> dict[str, Any]:
@@ -136,28 +158,35 @@ class OpenAIEngine(InferenceEngine):
         await self._client.aclose()
 
 
-def _parse_choice(choice: dict[str, Any], version: int, prompt_len: int, url: str) -> Generation:
+def _parse_choice(
+    choice: dict[str, Any], version: int, prompt_len: int, url: str, vocab_size: int | None
+) -> Generation:
     logprobs = choice.get("logprobs") or {}
-    tokens = logprobs.get("tokens")
-    values = logprobs.get("token_logprobs")
-    if tokens is None or values is None:
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+    values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+    if not (isinstance(tokens, list) and isinstance(values, list)):
         raise EngineError(
             f"{url} returned no per-token logprobs; agenthub needs a server that accepts "
             "token-id prompts and honours logprobs=0 with return_tokens_as_token_ids (vLLM)"
         )
-    ids: list[int] = []
     given = choice.get("token_ids")
-    for token in () if given is not None else tokens:
-        if not (isinstance(token, str) and token.startswith(_TOKEN_PREFIX)):
-            raise EngineError(
-                f"{url} returned token {token!r} as text, not as 'token_id:N'; the server must "
-                "support return_tokens_as_token_ids (vLLM's OpenAI server does)"
-            )
-        ids.append(int(token[len(_TOKEN_PREFIX) :]))
-    if given is not None:
-        ids = [int(t) for t in given]
+    if given is None:
+        for token in tokens:
+            if not (isinstance(token, str) and token.startswith(_TOKEN_PREFIX)):
+                raise EngineError(
+                    f"{url} returned token {token!r} as text, not as 'token_id:N'; the server "
+                    "must support return_tokens_as_token_ids (vLLM's OpenAI server does)"
+                )
+        given = [_as_int(t[len(_TOKEN_PREFIX) :]) for t in tokens]
+    if not isinstance(given, list):
+        raise EngineError(f"{url} returned token_ids that are not a list: {_excerpt(given)}")
+    ids = _token_ids(given, url, vocab_size)
     if len(ids) != len(values):
         raise EngineError(f"{url} returned {len(ids)} token ids but {len(values)} logprobs")
+    if bad := [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))]:
+        raise EngineError(
+            f"{url} returned logprob {_excerpt(bad[0])}, not a number, in {_excerpt(values)}"
+        )
     reason = choice.get("finish_reason")
     finish: FinishReason = (
         "stop" if reason == "stop" else "length" if reason == "length" else "abort"
@@ -169,3 +198,30 @@ def _parse_choice(choice: dict[str, Any], version: int, prompt_len: int, url: st
         version,
         prompt_tokens=prompt_len,
     )
+
+
+def _token_ids(given: list[Any], url: str, vocab_size: int | None) -> list[int]:
+    """The ids, each one the tokenizer has: a server serving another model, or a broken one,
+    sends ids that decode to nothing or crash the decoder."""
+    top = math.inf if vocab_size is None else vocab_size
+    for t in given:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < top:
+            within = "0 or more" if vocab_size is None else f"0..{vocab_size - 1}"
+            raise EngineError(
+                f"{url} returned token id {_excerpt(t)}, not an id in {within}; does it serve "
+                f"the model whose tokenizer this run uses? It sent {_excerpt(given)}"
+            )
+    return given
+
+
+def _as_int(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def _excerpt(value: Any, limit: int = 200) -> str:
+    """What the server sent, short enough for a one-line error."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else f"{text[:limit]}..."

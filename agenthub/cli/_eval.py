@@ -374,7 +374,9 @@ async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, Infere
                 "served model's tokenizer) or --model default"
             )
         chat = ChatTokenizer.from_pretrained(model)
-        return chat, await OpenAIEngine.connect(args.base_url)
+        # A token id the tokenizer lacks (another model served) fails its episode, not eval.
+        engine = await OpenAIEngine.connect(args.base_url, vocab_size=len(chat.tokenizer))
+        return chat, engine
     from agenthub.agents import VLLMEngine
 
     # vLLM's start-up and shutdown log would bury the progress bar, as in the REPL and the

@@ -310,3 +310,43 @@ def test_bad_numbers_are_refused_naming_the_flag(
 ) -> None:
     assert main(["eval", "--env", "math", *flags]) == 1
     assert said in capsys.readouterr().err
+
+
+def test_one_malformed_server_reply_fails_only_its_episode(
+    tmp_path: Path,
+    chat: ChatTokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import httpx
+
+    from agenthub.agents import OpenAIEngine
+
+    agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
+    ids = [*chat.encode_text("3"), chat.closing_ids[0]]
+    tokens = [f"token_id:{i}" for i in ids]
+    good = {"finish_reason": "stop", "token_ids": ids, "logprobs": {"tokens": tokens}}
+    good["logprobs"]["token_logprobs"] = [-0.5] * len(ids)
+    asked = 0
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        nonlocal asked
+        asked += 1
+        if asked == 3:
+            return httpx.Response(200, text="<html>proxy error</html>")
+        return httpx.Response(200, json={"choices": [good]})
+
+    async def fake_engine(args: Any) -> tuple[ChatTokenizer, OpenAIEngine]:
+        transport = httpx.MockTransport(handle)
+        return chat, OpenAIEngine("http://server/v1", "m", 4096, transport=transport)
+
+    monkeypatch.setattr(_eval, "_build_engine", fake_engine)
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out"
+    tasks.write_text("".join(f'{{"id": "{i}", "prompt": "Go.", "label": 1}}\n' for i in "abcde"))
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "--out", str(out)]
+    assert main([*command, "--concurrency", "1"]) == 0
+    said = capsys.readouterr().err
+    assert "1 of 5 episodes ended in errors (generation_error x1)" in said
+    assert "http://server/v1/completions answered 200 but not with a JSON object" in said
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 5 and summary["mean_reward"] == 0.8
