@@ -10,6 +10,8 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,7 +166,8 @@ def eval_command(args: argparse.Namespace) -> int:
     }
     _check_numbers(args)
     tasks = load_tasks(identity, args.n)
-    done = prepare_out_dir(out, identity)
+    with _writable(out):
+        done = prepare_out_dir(out, identity)
     missing = {t.id: [i for i in range(args.k) if i not in done[t.id]] for t in tasks}
     work = [(t, missing[t.id]) for t in tasks if missing[t.id]]
     total = len(tasks) * args.k
@@ -197,7 +200,8 @@ def eval_command(args: argparse.Namespace) -> int:
     wanted = {t.id for t in tasks}
     trajectories = [t for t in read_trajectories(out / TRAJECTORIES) if t.task_id in wanted]
     summary = summarize(trajectories, args.k)
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    with _writable(out):
+        (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: summary[k] for k in ("episodes", "mean_reward", "pass_at_k", "errors")}))
     print(f"wrote {out / TRAJECTORIES} and {out / SUMMARY}")
     if failed := [t for t in trajectories if t.error is not None]:
@@ -236,6 +240,19 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise AgentHubError(f"--env-step-timeout {args.env_step_timeout:g}: must be above 0")
     if "" in args.stop:
         raise AgentHubError("--stop '': a stop string cannot be empty")
+
+
+@contextmanager
+def _writable(out: Path) -> Iterator[None]:
+    """An --out that cannot be written (read-only, full, a file in its path) is the user's to
+    fix: say so in one line, not with the OS's traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise AgentHubError(
+            f"cannot write to --out {out}: {exc.strerror or exc}; choose another --out, a "
+            "directory you can write to"
+        ) from exc
 
 
 def _model_identity(model: str | None) -> str:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -350,3 +351,27 @@ def test_one_malformed_server_reply_fails_only_its_episode(
     assert "http://server/v1/completions answered 200 but not with a JSON object" in said
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 5 and summary["mean_reward"] == 0.8
+
+
+def test_an_out_dir_that_cannot_be_written_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("")
+    assert main(["eval", "--env", "math", "-n", "1", "--out", str(tmp_path / "file" / "o")]) == 1
+    said = capsys.readouterr().err
+    assert said == (
+        f"agenthub: error: cannot write to --out {tmp_path / 'file' / 'o'}: Not a directory; "
+        "choose another --out, a directory you can write to\n"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_out_dir_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tmp_path.chmod(0o555)
+    try:
+        assert main(["eval", "--env", "math", "-n", "1", "--out", str(tmp_path / "o")]) == 1
+    finally:
+        tmp_path.chmod(0o755)
+    assert f"cannot write to --out {tmp_path / 'o'}: Permission denied;" in capsys.readouterr().err
