@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import itertools
 import json
 import math
 import os
+import signal
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -186,9 +188,14 @@ def eval_command(args: argparse.Namespace) -> int:
         chat_template=args.chat_template,
         timeouts=Timeouts(env_step_s=args.env_step_timeout),
     )
+    wanted = {t.id for t in tasks}
     if work:
         left = sum(len(samples) for _, samples in work)
-        anyio.run(_run, args, identity, config, work, out, total - left, total)
+        try:
+            anyio.run(_run, args, identity, config, work, out, total - left, total)
+        except KeyboardInterrupt:
+            _say_interrupted(out, wanted, total)
+            return 130
     else:
         print(
             f"agenthub: all {total} episodes are already in {out}, from an earlier run with "
@@ -197,7 +204,6 @@ def eval_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     # The directory may hold more tasks than this run asked for (an earlier, larger -n).
-    wanted = {t.id for t in tasks}
     trajectories = [t for t in read_trajectories(out / TRAJECTORIES) if t.task_id in wanted]
     summary = summarize(trajectories, args.k)
     with _writable(out):
@@ -219,6 +225,21 @@ def eval_command(args: argparse.Namespace) -> int:
         if len(failed) == len(trajectories):
             return 1  # nothing was measured: a setup problem, most likely, not the model
     return 0
+
+
+def _say_interrupted(out: Path, wanted: set[str], total: int) -> None:
+    """What an interrupted eval leaves: each finished episode's line, which a rerun skips."""
+    kept = {
+        (t.task_id, t.sample)
+        for t in read_trajectories(out / TRAJECTORIES)
+        if t.task_id in wanted and t.error is None
+    }
+    print(
+        f"agenthub: interrupted; {len(kept)} of {total} episodes are done and kept in "
+        f"{out / TRAJECTORIES}. Running the same command again plays the other "
+        f"{total - len(kept)}.",
+        file=sys.stderr,
+    )
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
@@ -350,6 +371,33 @@ def read_trajectories(path: Path, *, repair: bool = False) -> list[Trajectory]:
 
 
 async def _run(
+    args: argparse.Namespace,
+    identity: dict[str, Any],
+    config: RolloutConfig,
+    work: list[tuple[Task, list[int]]],
+    out: Path,
+    already: int,
+    total: int,
+) -> None:
+    """Play `work`. SIGTERM (a job scheduler's, `kill`) stops it as Ctrl-C does: the running
+    episodes are cancelled, their envs closed, and `KeyboardInterrupt` raised."""
+    with anyio.CancelScope() as scope, _on_sigterm(scope.cancel):
+        await _play(args, identity, config, work, out, already, total)
+    if scope.cancelled_caught:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _on_sigterm(callback: Callable[[], object]) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, callback)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+async def _play(
     args: argparse.Namespace,
     identity: dict[str, Any],
     config: RolloutConfig,

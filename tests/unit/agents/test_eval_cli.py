@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import agenthub
@@ -375,3 +377,61 @@ def test_a_read_only_out_dir_is_refused_in_one_line(
     finally:
         tmp_path.chmod(0o755)
     assert f"cannot write to --out {tmp_path / 'o'}: Permission denied;" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("stop", "ctrl_c"),
+    [
+        (signal.SIGINT, signal.default_int_handler),
+        (signal.SIGTERM, signal.default_int_handler),
+        (signal.SIGTERM, signal.SIG_IGN),  # a background job's, which ignores Ctrl-C
+    ],
+    ids=["ctrl-c", "sigterm", "sigterm-in-background"],
+)
+def test_an_interrupted_eval_keeps_its_finished_episodes_for_the_same_command_to_continue(
+    stop: signal.Signals,
+    ctrl_c: Any,
+    tmp_path: Path,
+    chat: ChatTokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
+    calls = _record_generations(chat, monkeypatch)
+    stop_at: list[int] = [3]
+    build = _eval._build_engine
+
+    async def stopping_engine(args: Any) -> tuple[ChatTokenizer, FakeEngine]:
+        chat, engine = await build(args)
+        ask = engine.generate
+
+        async def generate(prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+            if len(calls) + 1 in stop_at:
+                os.kill(os.getpid(), stop)
+                await anyio.sleep(10)
+            return await ask(prompt_ids, sampling)
+
+        engine.generate = generate  # type: ignore[method-assign]
+        return chat, engine
+
+    monkeypatch.setattr(_eval, "_build_engine", stopping_engine)
+    tasks, out = tmp_path / "tasks.jsonl", tmp_path / "out"
+    tasks.write_text("".join(f'{{"id": "{i}", "prompt": "Go.", "label": 1}}\n' for i in "abcd"))
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "--out", str(out)]
+    before = signal.getsignal(signal.SIGTERM)
+    previous_ctrl_c = signal.signal(signal.SIGINT, ctrl_c)
+    try:
+        assert main([*command, "--concurrency", "1"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous_ctrl_c)
+    assert signal.getsignal(signal.SIGTERM) is before
+    said = capsys.readouterr().err
+    assert f"interrupted; 2 of 4 episodes are done and kept in {out / 'trajectories.jsonl'}" in said
+    assert "Running the same command again plays the other 2." in said
+    assert not (out / "summary.json").exists()
+
+    stop_at.clear()
+    calls.clear()
+    assert main([*command, "--concurrency", "1"]) == 0
+    assert len(calls) == 2
+    assert json.loads((out / "summary.json").read_text())["episodes"] == 4
