@@ -137,6 +137,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)g; a remote judge's retries must fit in it)",
     )
     parser.add_argument(
+        "--generate-timeout",
+        type=float,
+        default=Timeouts().generate_s,
+        metavar="S",
+        help="seconds one reply may take before its episode ends as generation_timeout "
+        "(default: %(default)g; shorten it against a server that may hang)",
+    )
+    parser.add_argument(
         "--no-chat-template",
         dest="chat_template",
         action="store_false",
@@ -186,7 +194,7 @@ def eval_command(args: argparse.Namespace) -> int:
         n_samples_per_prompt=args.k,
         seed=args.seed,
         chat_template=args.chat_template,
-        timeouts=Timeouts(env_step_s=args.env_step_timeout),
+        timeouts=Timeouts(generate_s=args.generate_timeout, env_step_s=args.env_step_timeout),
     )
     wanted = {t.id for t in tasks}
     if work:
@@ -257,8 +265,12 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise AgentHubError(f"{', '.join(wrong)}: each must be at least 1")
     if args.temperature < 0:
         raise AgentHubError(f"--temperature {args.temperature}: must be 0 (greedy) or more")
-    if not args.env_step_timeout > 0:
-        raise AgentHubError(f"--env-step-timeout {args.env_step_timeout:g}: must be above 0")
+    for flag, seconds in (
+        ("--env-step-timeout", args.env_step_timeout),
+        ("--generate-timeout", args.generate_timeout),
+    ):
+        if not seconds > 0:
+            raise AgentHubError(f"{flag} {seconds:g}: must be above 0")
     if "" in args.stop:
         raise AgentHubError("--stop '': a stop string cannot be empty")
 

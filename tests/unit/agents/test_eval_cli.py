@@ -245,6 +245,27 @@ def test_the_env_step_timeout_is_the_flag_s(
     assert main([*command, str(tmp_path / "waited"), "--env-step-timeout", "5"]) == 0
 
 
+def test_the_generate_timeout_is_the_flag_s(
+    tmp_path: Path,
+    chat: ChatTokenizer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agenthub.register("eval-test-tracked", "tests.unit.agents._envs:TrackedEnv", override=True)
+
+    async def slow_engine(args: Any) -> tuple[ChatTokenizer, FakeEngine]:
+        ids = [*chat.encode_text("3"), chat.closing_ids[0]]
+        return chat, FakeEngine(lambda prompt: ids, latency_s=0.5)
+
+    monkeypatch.setattr(_eval, "_build_engine", slow_engine)
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "Go.", "label": 1}\n')
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks), "--out"]
+    assert main([*command, str(tmp_path / "cut"), "--generate-timeout", "0.1"]) == 1
+    assert "generation_timeout: generate took longer than 0.1 s" in capsys.readouterr().err
+    assert main([*command, str(tmp_path / "waited"), "--generate-timeout", "5"]) == 0
+
+
 def test_eval_exits_non_zero_when_every_episode_failed(
     tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -306,6 +327,7 @@ def test_a_rerun_with_another_model_or_sampling_is_refused_and_n_narrows_the_sum
         (["--temperature", "-1"], "--temperature -1.0: must be 0 (greedy) or more"),
         (["--stop", "</a>", "--stop", ""], "--stop '': a stop string cannot be empty"),
         (["--env-step-timeout", "0"], "--env-step-timeout 0: must be above 0"),
+        (["--generate-timeout", "-1"], "--generate-timeout -1: must be above 0"),
     ],
 )
 def test_bad_numbers_are_refused_naming_the_flag(
