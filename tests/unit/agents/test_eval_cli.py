@@ -389,18 +389,6 @@ def test_an_out_dir_that_cannot_be_written_is_refused_in_one_line(
     )
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
-def test_a_read_only_out_dir_is_refused_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    tmp_path.chmod(0o555)
-    try:
-        assert main(["eval", "--env", "math", "-n", "1", "--out", str(tmp_path / "o")]) == 1
-    finally:
-        tmp_path.chmod(0o755)
-    assert f"cannot write to --out {tmp_path / 'o'}: Permission denied;" in capsys.readouterr().err
-
-
 @pytest.mark.parametrize(
     ("stop", "ctrl_c"),
     [
