@@ -208,7 +208,11 @@ class DockerSandbox(Sandbox):
             self._live[container.id] = container
         # Attached before it starts, so no moment of its life runs without an owner's socket.
         channel = _Channel(container, self._client.api)
-        container.start()
+        try:
+            container.start()
+        except BaseException:
+            self._remove(channel)  # its socket too
+            raise
         if self._closed:  # closed while this one was starting
             self._remove(channel)
         return channel

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import math
 import os
 import shutil
@@ -40,6 +41,8 @@ __all__ = ["RunDirectory", "StepReport", "Trainer", "triage"]
 STATE = "state.json"
 CONFIG = "config.json"
 CHECKPOINTS = "checkpoints"
+_logger = logging.getLogger("agenthub.train")
+
 MODEL = "model"  # the policy as a Hugging Face model, written with each checkpoint
 SAMPLES = "trajectories.jsonl"  # trajectories of each step, `run.save_trajectories` of them
 
@@ -67,21 +70,31 @@ class RunDirectory:
                 f"cannot create the run directory {self.path} ({exc.strerror}); choose another "
                 "--out"
             ) from None
+        held = False
         try:
             if not os.access(self.path, os.W_OK):
                 raise AgentHubError(f"cannot write to {self.path}; choose another --out")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
             except BlockingIOError:
                 raise AgentHubError(
                     f"{self.path} is in use by another agenthub train run; wait for it to end "
                     "(or stop it), or choose another --out"
                 ) from None
+            except OSError as exc:  # NFS refuses flock on a directory; Lustre, FUSE may too
+                _logger.warning(
+                    "agenthub train: cannot lock %s (%s); nothing stops a second run there",
+                    self.path,
+                    exc.strerror,
+                )
             yield
         finally:
+            # Only the run that made the directory and held it removes it, and while it holds
+            # it: a refused run must not remove the directory of the run that refused it.
+            if created and held and not any(self.path.iterdir()):
+                self.path.rmdir()  # a run stopped before it wrote anything leaves nothing
             os.close(fd)
-            if created and not any(self.path.iterdir()):
-                self.path.rmdir()  # a run refused before it wrote anything leaves nothing
 
     def saved_config(self) -> dict[str, Any] | None:
         """The run's config.json, None without one; `AgentHubError` for one that is not a
@@ -466,7 +479,14 @@ class Trainer:
             # and would lose their cores to anything else on the machine.
             os.environ.setdefault("RAY_worker_niceness", "0")
             cpus = max(os.cpu_count() or 1, self.config.ray.rollout_workers + 1)
-            ray.init(num_cpus=cpus, **options)
+            # Ray's processes (and the actors' and engines' under them) share this terminal's
+            # process group: with SIGHUP blocked they inherit, a hang-up stops the run through
+            # its handler, with a checkpoint, rather than killing the cluster under it.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+            try:
+                ray.init(num_cpus=cpus, **options)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             # Ray waits forever for GPUs a machine lacks; on a cluster they may yet join.
             r = self.config.ray
             wanted = r.learner_num_gpus + r.rollout_workers * r.worker_num_gpus
@@ -724,8 +744,8 @@ class Trainer:
         self.stop_reason = self.stop_reason or f"reached max_steps={cfg.run.max_steps}"
         elapsed = time.monotonic() - started
         state = self.dir.state()
-        if state is None or state["step"] != step:
-            await self._checkpoint(step, elapsed)
+        if (state is None and step > 0) or (state is not None and state["step"] != step):
+            await self._checkpoint(step, elapsed)  # not at step 0: nothing was learned
         _cancel(running)
         if self._stop.is_set():  # stopping: an evaluation under way is not waited for
             for evaluation in evals:
@@ -985,6 +1005,8 @@ class _interruptible:
         self.presses = 0
 
     def _handle(self, sig: signal.Signals) -> None:
+        if self.trainer._stop.is_set() and sig is not signal.SIGINT:
+            return  # a supervisor's repeated SIGTERM, a hang-up's SIGHUP twice: still saving
         self.presses += 1
         if self.presses > 1:
             raise KeyboardInterrupt
@@ -995,10 +1017,16 @@ class _interruptible:
         )
 
     def __enter__(self) -> _interruptible:
-        for sig in _STOP_SIGNALS:
+        # A run under nohup ignores SIGHUP to outlive the terminal: it keeps doing so.
+        self.signals = [
+            sig
+            for sig in _STOP_SIGNALS
+            if not (sig is signal.SIGHUP and signal.getsignal(sig) is signal.SIG_IGN)
+        ]
+        for sig in self.signals:
             self.loop.add_signal_handler(sig, self._handle, sig)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for sig in _STOP_SIGNALS:
+        for sig in self.signals:
             self.loop.remove_signal_handler(sig)
