@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,14 @@ def _force_remove(container: Any) -> None:
     except docker.errors.APIError as exc:
         if exc.status_code != 409:  # 409: its removal is already in progress
             raise
+        # Wait for it (bounded), so that a removed container is gone for the caller too.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                container.reload()
+            except docker.errors.NotFound:
+                return
+            time.sleep(0.05)
 
 
 def connect(timeout_s: float = 600.0) -> Any:
