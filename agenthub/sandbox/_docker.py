@@ -72,7 +72,11 @@ def remove_leftovers(client: Any) -> int:
     """Remove sandbox containers whose owning process on this host is gone (a crashed run);
     returns how many. Containers of live processes are left alone."""
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": CONTAINER_LABEL}):
+    # ignore_removed: containers remove themselves (auto_remove) between listing and inspecting.
+    listed = client.containers.list(
+        all=True, filters={"label": CONTAINER_LABEL}, ignore_removed=True
+    )
+    for container in listed:
         owner = container.labels.get(OWNER_LABEL, "")
         if _owner_is_dead(owner):
             _force_remove(container)

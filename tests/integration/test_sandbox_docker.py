@@ -29,7 +29,9 @@ def containers_of(pid: int) -> list[Any]:
     try:
         return [
             c
-            for c in client.containers.list(all=True, filters={"label": CONTAINER_LABEL})
+            for c in client.containers.list(
+                all=True, filters={"label": CONTAINER_LABEL}, ignore_removed=True
+            )
             if c.labels.get(OWNER_LABEL, "").split(":")[1] == str(pid)
         ]
     finally:
