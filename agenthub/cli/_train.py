@@ -188,7 +188,7 @@ def _run(config: object, out: Path, resume: bool) -> int:
     model = " model/," if config.run.save_model else ""
     steps = f"{summary['steps']} step" + ("" if summary["steps"] == 1 else "s")
     if summary["steps"] == 0:
-        console.print(f"stopped before the first step ({summary['stopped']}); nothing to save")
+        console.print(f"stopped before the first step ({summary['stopped']})")
     else:
         console.print(
             f"stopped after {steps} ({summary['stopped']}); "

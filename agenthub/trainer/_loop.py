@@ -744,8 +744,8 @@ class Trainer:
         self.stop_reason = self.stop_reason or f"reached max_steps={cfg.run.max_steps}"
         elapsed = time.monotonic() - started
         state = self.dir.state()
-        if (state is None and step > 0) or (state is not None and state["step"] != step):
-            await self._checkpoint(step, elapsed)  # not at step 0: nothing was learned
+        if state is None or state["step"] != step:
+            await self._checkpoint(step, elapsed)
         _cancel(running)
         if self._stop.is_set():  # stopping: an evaluation under way is not waited for
             for evaluation in evals:
