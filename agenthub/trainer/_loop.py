@@ -610,7 +610,7 @@ class Trainer:
                 if not await self._unless_stopped(
                     asyncio.gather(*(w.start.remote() for w in workers))
                 ):
-                    return self._stopped_before_training(step, elapsed_before)
+                    return self._summary(step, elapsed_before)
                 started = True
                 ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in workers))
                 await learner.open_weight_sync.remote(workers, list(ranks))
@@ -631,7 +631,7 @@ class Trainer:
                 elif cfg.eval.every:
                     self.log("evaluating the starting policy on held-out tasks")
                     if not await self._unless_stopped(self._evaluate(0)):
-                        return self._stopped_before_training(step, elapsed_before)
+                        return self._summary(step, elapsed_before)
                 running = [w.run.remote() for w in workers]
                 return await self._loop(step, elapsed_before, running)
             finally:
@@ -663,9 +663,9 @@ class Trainer:
         task.result()
         return True
 
-    def _stopped_before_training(self, step: int, elapsed_s: float) -> dict[str, Any]:
-        """The summary of a run stopped before its first step of this session: nothing was
-        learned, so there is nothing to checkpoint."""
+    def _summary(self, step: int, elapsed_s: float) -> dict[str, Any]:
+        """What `run()` returns; a run stopped before its first step of this session (during
+        start-up) returns it at once: nothing was learned, so there is nothing to checkpoint."""
         return {
             "steps": step,
             "stopped": self.stop_reason,
@@ -756,13 +756,7 @@ class Trainer:
         self._metrics.plot()
         if self._failure is not None:
             raise self._failure
-        return {
-            "steps": step,
-            "stopped": self.stop_reason,
-            "elapsed_s": elapsed,
-            "last_eval_reward": self._last_eval,
-            "first_eval_reward": self._first_eval,
-        }
+        return self._summary(step, elapsed)
 
     _last_eval: float | None = None
     _first_eval: float | None = None
