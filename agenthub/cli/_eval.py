@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
 import math
@@ -12,7 +13,7 @@ import signal
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,7 +201,8 @@ def eval_command(args: argparse.Namespace) -> int:
     if work:
         left = sum(len(samples) for _, samples in work)
         try:
-            anyio.run(_run, args, identity, config, work, out, total - left, total)
+            play = functools.partial(_play, args, identity, config, work, out, total - left, total)
+            anyio.run(_until_sigterm, play)
         except KeyboardInterrupt:
             _say_interrupted(out, wanted, total)
             return 130
@@ -382,19 +384,11 @@ def read_trajectories(path: Path, *, repair: bool = False) -> list[Trajectory]:
     return [Trajectory.model_validate_json(line) for line in lines if line.strip()]
 
 
-async def _run(
-    args: argparse.Namespace,
-    identity: dict[str, Any],
-    config: RolloutConfig,
-    work: list[tuple[Task, list[int]]],
-    out: Path,
-    already: int,
-    total: int,
-) -> None:
-    """Play `work`. SIGTERM (a job scheduler's, `kill`) stops it as Ctrl-C does: the running
+async def _until_sigterm(play: Callable[[], Awaitable[None]]) -> None:
+    """Await `play()`. SIGTERM (a job scheduler's, `kill`) stops it as Ctrl-C does: the running
     episodes are cancelled, their envs closed, and `KeyboardInterrupt` raised."""
     with anyio.CancelScope() as scope, _on_sigterm(scope.cancel):
-        await _play(args, identity, config, work, out, already, total)
+        await play()
     if scope.cancelled_caught:
         raise KeyboardInterrupt
 
@@ -440,6 +434,16 @@ async def _play(
         await engine.aclose()
 
 
+def _vocab_size(model: Path, tokens: int) -> int:
+    """Ids the served model can sample: its tokenizer's `tokens`, or its embedding's rows when
+    its config.json says (padded past the tokenizer: Qwen2.5 has 151,665 tokens, 151,936 rows)."""
+    try:
+        rows = json.loads((model / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return tokens
+    return max(tokens, rows) if isinstance(rows, int) else tokens
+
+
 async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, InferenceEngine]:
     model = resolve_model(args.model, needed=args.base_url is None)
     if args.base_url is not None:
@@ -451,8 +455,10 @@ async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, Infere
                 "served model's tokenizer) or --model default"
             )
         chat = ChatTokenizer.from_pretrained(model)
-        # A token id the tokenizer lacks (another model served) fails its episode, not eval.
-        engine = await OpenAIEngine.connect(args.base_url, vocab_size=len(chat.tokenizer))
+        # A token id the model lacks (another model served) fails its episode, not eval.
+        engine = await OpenAIEngine.connect(
+            args.base_url, vocab_size=_vocab_size(model, len(chat.tokenizer))
+        )
         return chat, engine
     from agenthub.agents import VLLMEngine
 

@@ -445,3 +445,13 @@ def test_an_interrupted_eval_keeps_its_finished_episodes_for_the_same_command_to
     assert main([*command, "--concurrency", "1"]) == 0
     assert len(calls) == 2
     assert json.loads((out / "summary.json").read_text())["episodes"] == 4
+
+
+def test_token_ids_are_bounded_by_the_model_s_padded_vocabulary(tmp_path: Path) -> None:
+    # A served model may sample an id past its tokenizer's last (padded embedding rows): not
+    # the server's error. Without the model's config.json, the tokenizer's size is the bound.
+    assert _eval._vocab_size(tmp_path, 151_665) == 151_665
+    (tmp_path / "config.json").write_text('{"vocab_size": 151936}')
+    assert _eval._vocab_size(tmp_path, 151_665) == 151_936
+    (tmp_path / "config.json").write_text('{"vocab_size": 100}')
+    assert _eval._vocab_size(tmp_path, 151_665) == 151_665
