@@ -12,11 +12,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from agenthub._errors import AgentHubError
 from agenthub.trainer._critic import CriticConfig
 from agenthub.trainer._learner import LearnerConfig
+from agenthub.trainer._section import ConfigSection
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -39,11 +40,7 @@ class ConfigError(AgentHubError):
     """A configuration file or override that does not fit `TrainConfig`."""
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RolloutSettings(_Section):
+class RolloutSettings(ConfigSection):
     """How training episodes are played."""
 
     n_samples_per_prompt: int = Field(8, ge=1)
@@ -74,7 +71,7 @@ class RolloutSettings(_Section):
     """A generation slower than this ends the episode as `generation_timeout`."""
 
 
-class AlgorithmConfig(_Section):
+class AlgorithmConfig(ConfigSection):
     """What is learned from each batch."""
 
     estimator: Literal[
@@ -103,7 +100,7 @@ class AlgorithmConfig(_Section):
         return self
 
 
-class EvalConfig(_Section):
+class EvalConfig(ConfigSection):
     """Periodic evaluation on held-out tasks with the current policy."""
 
     every: int = Field(5, ge=0)
@@ -119,7 +116,7 @@ class EvalConfig(_Section):
     """Episodes per held-out task."""
 
 
-class RunConfig(_Section):
+class RunConfig(ConfigSection):
     """How long the run is and what it keeps."""
 
     max_steps: int = Field(200, ge=1)
@@ -145,7 +142,7 @@ class RunConfig(_Section):
     """Seed of task order, env resets and sampling."""
 
 
-class RayConfig(_Section):
+class RayConfig(ConfigSection):
     """Where the run's parts are placed."""
 
     address: str | None = None
@@ -163,12 +160,12 @@ class RayConfig(_Section):
     """CPU threads of each rollout worker's engine (on CPU machines)."""
 
 
-class TrainConfig(_Section):
+class TrainConfig(ConfigSection):
     """The whole run. Every field has a default that trains the embedded model."""
 
     env: str
     """Environment id (see `agenthub envs list`)."""
-    env_kwargs: dict[str, Any] = {}
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Arguments for the environment's constructor."""
     model: str = "default"
     """A local Hugging Face model directory, or `default` for the embedded default model."""

@@ -15,18 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agenthub.trainer._advantages import gae
 from agenthub.trainer._batch import TrainBatch
+from agenthub.trainer._section import ConfigSection
 
 __all__ = ["Critic", "CriticConfig"]
 
 
-class CriticConfig(BaseModel):
+class CriticConfig(ConfigSection):
     """The value model and generalised advantage estimation of PPO with a critic."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     lr: float = Field(1e-4, gt=0)
     """AdamW learning rate of the critic."""

@@ -8,18 +8,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agenthub.trainer._batch import TrainBatch, token_logprobs
 from agenthub.trainer._critic import Critic, CriticConfig
 from agenthub.trainer._importance import importance_weights
 from agenthub.trainer._loss import Aggregation, kl_divergence, policy_loss
+from agenthub.trainer._section import ConfigSection
 
 
-class LearnerConfig(BaseModel):
+class LearnerConfig(ConfigSection):
     """How the learner optimises. Every field has a default that trains the embedded model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     zero_stage: Literal[0, 1, 2, 3] = 2
     """DeepSpeed ZeRO stage: 0 plain data parallel, 1-3 shard optimizer, gradients, weights."""

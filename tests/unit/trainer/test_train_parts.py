@@ -88,6 +88,11 @@ def test_resolved_config_round_trips_as_the_base_of_a_resumed_run() -> None:
             "algorithm.estimator=group_norm measures each sample against the other samples",
         ),
         (["env=math", "learner.importance_low=4"], "learner.importance_low: Input should be less"),
+        # pydantic alone reads true as 1: a run at temperature 1 nobody asked for
+        (["env=math", "rollout.temperature=true"], "rollout.temperature: takes a number, not true"),
+        (["env=math", "learner.zero_stage=false"], "learner.zero_stage: takes a number, not false"),
+        (["env=math", "rollout.max_turns=true"], "rollout.max_turns: takes a number, not true"),
+        (["env=math", "algorithm.estimator=gae", "learner.critic.lam=true"], "critic.lam: takes"),
     ],
 )
 def test_bad_config_says_which_field_and_why(overrides: list[str], message: str) -> None:
