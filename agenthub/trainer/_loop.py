@@ -182,6 +182,9 @@ class RunDirectory:
             shutil.rmtree(self.checkpoints / old, ignore_errors=True)
 
 
+_OUTPUT_TO_STDERR = "agenthub.trainer._workers.output_to_stderr"
+"""Ray's set-up hook for every process of the run (a name: Ray imports it there)."""
+
 _CHECKPOINT_BOUND = ("model", "learner.zero_stage", "learner.bf16", "ray.rollout_workers")
 """Settings a checkpoint is written for: DeepSpeed loads its states only into the same model,
 ZeRO stage and precision, and each rollout worker keeps its own place in the tasks."""
@@ -471,6 +474,8 @@ class Trainer:
             "include_dashboard": False,
             "logging_level": "WARNING",
             "log_to_driver": True,
+            # The run's stdout is its JSON summary; its processes print to stderr.
+            "runtime_env": {"worker_process_setup_hook": _OUTPUT_TO_STDERR},
         }
         if self.config.ray.address:
             _join_ray(self.config.ray.address, options)

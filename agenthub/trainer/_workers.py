@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,15 @@ from agenthub.agents import (
 )
 from agenthub.trainer._config import TrainConfig
 
-__all__ = ["Admission", "LearnerWorker", "RolloutWorker", "task_stream"]
+__all__ = ["Admission", "LearnerWorker", "RolloutWorker", "output_to_stderr", "task_stream"]
+
+
+def output_to_stderr() -> None:
+    """Ray's set-up hook for the run's processes: what they print (an env's own prints, the
+    engine's and DeepSpeed's messages) goes to stderr, as the driver's log lines do, so the
+    run's stdout holds only its JSON summary. Subprocesses started later inherit it."""
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
 
 def task_stream(env: Env[Any], split: str, seed: int, rank: int, workers: int) -> Iterator[Task]:

@@ -282,6 +282,10 @@ from agenthub.envs.code_exec import CodeExecEnv
 
 class LocalCodeExec(CodeExecEnv):
     \"\"\"code_exec, named by its module in the working directory: installed nowhere.\"\"\"
+
+    async def reset(self, task, *, seed=None):
+        print("a print in the env's reset")
+        return await super().reset(task, seed=seed)
 """
 
 
@@ -302,6 +306,9 @@ def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) 
     assert len(state["tasks_drawn"]) == 2 and min(state["tasks_drawn"]) > 0, state
     samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
+    # What the run's processes print goes to stderr: stdout is the JSON summary alone.
+    assert "a print in the env's reset" in done.stderr
+    assert json.loads(done.stdout)["steps"] == 3, done.stdout[-3000:]
 
 
 BROKEN = ["rollout.env_step_timeout_s=0.001", "run.max_failed_groups=3"]
