@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -15,6 +16,9 @@ from agenthub.trainer._critic import Critic, CriticConfig
 from agenthub.trainer._importance import importance_weights
 from agenthub.trainer._loss import Aggregation, kl_divergence, policy_loss
 from agenthub.trainer._section import ConfigSection
+
+MODEL_CHECKPOINT = "agenthub_checkpoint.json"
+"""In an exported policy directory: the training checkpoint it was written with."""
 
 
 class LearnerConfig(ConfigSection):
@@ -266,10 +270,11 @@ class Learner:
         if self.critic is not None:
             self.critic.save_checkpoint(Path(directory) / tag)
 
-    def save_model(self, directory: str | Path) -> None:
+    def save_model(self, directory: str | Path, about: dict[str, Any] | None = None) -> None:
         """The policy as a Hugging Face model directory: its weights (gathered under ZeRO-3)
-        as safetensors, with the starting model's config and tokenizer. Written beside
-        `directory` and then moved into place, so a crash leaves the previous one whole."""
+        as safetensors, with the starting model's config and tokenizer, and `about` (which
+        checkpoint it is) as `agenthub_checkpoint.json`. Written beside `directory` and then
+        moved into place, so a crash leaves the previous one whole."""
         from transformers import AutoTokenizer
 
         target = Path(directory)
@@ -279,6 +284,8 @@ class Learner:
             partial, state_dict=self.state_dict(), safe_serialization=True
         )
         AutoTokenizer.from_pretrained(self.model_path).save_pretrained(partial)
+        if about is not None:
+            (partial / MODEL_CHECKPOINT).write_text(json.dumps(about) + "\n", encoding="utf-8")
         shutil.rmtree(old, ignore_errors=True)
         if target.exists():
             target.rename(old)

@@ -31,6 +31,7 @@ from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
 from agenthub.agents._trajectory import mean_extra_logs
 from agenthub.trainer._config import AlgorithmConfig, TrainConfig
+from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._metrics import MetricsLog, read_metrics
 
 if TYPE_CHECKING:
@@ -172,6 +173,14 @@ class RunDirectory:
         run's id), for a run that starts again from step 0."""
         for name in ("metrics.jsonl", SAMPLES, "reward.png", "wandb_run_id"):
             (self.path / name).unlink(missing_ok=True)
+
+    def exported_step(self) -> int | None:
+        """The step of the policy in `model/`, None if there is none (or it says not)."""
+        try:
+            about = json.loads((self.path / MODEL / MODEL_CHECKPOINT).read_text(encoding="utf-8"))
+            return int(about["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def write_state(self, state: dict[str, Any], keep: int) -> None:
         """Record a complete checkpoint as the newest, then delete all but the `keep` newest."""
@@ -631,6 +640,7 @@ class Trainer:
                             f"says {step}; the checkpoint directory is inconsistent"
                         )
                     self.dir.write_config(cfg)
+                    await self._export_again(state)
                     await self._sync(step)
                     self.log(f"resumed from {state['tag']} (policy version {step})")
                 elif cfg.eval.every:
@@ -932,7 +942,8 @@ class Trainer:
         tag = f"step-{step}"
         await self._learner.save_checkpoint.remote(str(self.dir.checkpoints), tag)
         if self.config.run.save_model:
-            await self._learner.save_model.remote(str(self.dir.path / MODEL))
+            about = {"step": step, "tag": tag}
+            await self._learner.save_model.remote(str(self.dir.path / MODEL), about)
         stats = await asyncio.gather(
             *(w.stats.remote() for w in self._workers), return_exceptions=True
         )
@@ -953,6 +964,21 @@ class Trainer:
             },
             keep=self.config.run.keep_checkpoints,
         )
+
+    async def _export_again(self, state: dict[str, Any]) -> None:
+        """`model/` is written just before the checkpoint's state.json: a run killed between
+        the two left the policy of a step that no checkpoint kept, and the resumed run redoes
+        that step. It is written again from the checkpoint the run resumed from."""
+        if not self.config.run.save_model:
+            return
+        held = self.dir.exported_step()
+        if held == state["step"]:
+            return
+        await self._learner.save_model.remote(
+            str(self.dir.path / MODEL), {"step": state["step"], "tag": state["tag"]}
+        )
+        if held is not None:
+            self.log(f"{MODEL}/ held the policy of step {held}; written again from {state['tag']}")
 
     def _check_precision(self, state: dict[str, Any]) -> None:
         """DeepSpeed loads a checkpoint only in the precision it was written in: with

@@ -300,8 +300,8 @@ class LearnerWorker:
     def save_checkpoint(self, directory: str, tag: str) -> None:
         self.learner.save_checkpoint(Path(directory), tag)
 
-    def save_model(self, directory: str) -> None:
-        self.learner.save_model(Path(directory))
+    def save_model(self, directory: str, about: dict[str, Any] | None = None) -> None:
+        self.learner.save_model(Path(directory), about)
 
     def load_checkpoint(self, directory: str, tag: str) -> int:
         self.learner.load_checkpoint(Path(directory), tag)

@@ -1,5 +1,6 @@
 """The DeepSpeed learner on CPU (gloo) with a tiny Qwen2 built locally."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ torch = pytest.importorskip("torch", reason="the learner needs the train extra")
 pytest.importorskip("deepspeed", reason="the learner needs the train extra")
 
 from agenthub.trainer import Learner, LearnerConfig, TrainBatch, token_logprobs  # noqa: E402
+from agenthub.trainer._learner import MODEL_CHECKPOINT  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -323,8 +325,9 @@ def test_the_policy_is_saved_as_a_hugging_face_model_under_zero_3(
     learner = Learner(source, LearnerConfig(zero_stage=3, lr=1e-2, micro_batch_size=2))
     learner.save_model(tmp_path / "model")
     learner.step(batch(None, tiny_model, [1.0, -1.0]))
-    learner.save_model(tmp_path / "model")  # replaces the first in place
+    learner.save_model(tmp_path / "model", {"step": 1})  # replaces the first in place
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "source"]
+    assert json.loads((tmp_path / "model" / MODEL_CHECKPOINT).read_text()) == {"step": 1}
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "model").state_dict()
     trained = learner.state_dict()
     assert saved.keys() == trained.keys()

@@ -155,6 +155,7 @@ def _check_exported_policy(out: Path, tag: str) -> None:
     from safetensors.torch import load_file
 
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("model")) == ["model"]
+    assert json.loads((out / "model" / "agenthub_checkpoint.json").read_text())["tag"] == tag
     exported = load_file(out / "model" / "model.safetensors")
     [states] = (out / "checkpoints" / tag).glob("*model_states.pt")
     trained = torch.load(states, map_location="cpu", weights_only=False)["module"]

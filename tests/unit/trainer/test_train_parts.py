@@ -24,6 +24,7 @@ from agenthub.trainer._config import (
     ConfigError,
     load_config,
 )
+from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._loop import RunDirectory, Trainer, triage
 from agenthub.trainer._metrics import plot_rewards, read_metrics
 from agenthub.trainer._workers import Admission, task_stream
@@ -521,6 +522,35 @@ def _checkpointed_run(path: Path, *overrides: str) -> RunDirectory:
         run.write_state({"step": 2, "tag": tag, "tasks_drawn": [8], "elapsed_s": 30.0}, keep=2)
     (run.path / "metrics.jsonl").write_text('{"step": 2, "train/reward": 0.5}\n')
     return run
+
+
+def test_a_resume_writes_model_again_when_it_holds_a_step_no_checkpoint_kept(
+    tmp_path: Path,
+) -> None:
+    # Killed between writing model/ and the checkpoint's state.json, the run left model/ a
+    # step ahead of every checkpoint, and the resumed run trains that step again.
+    run = _checkpointed_run(tmp_path)
+    (run.path / "model").mkdir()
+    (run.path / "model" / MODEL_CHECKPOINT).write_text('{"step": 3, "tag": "step-3"}')
+    saved: list[tuple[str, dict[str, Any]]] = []
+
+    class Learner:  # the learner actor, as far as the trainer calls it here
+        class save_model:
+            @staticmethod
+            async def remote(directory: str, about: dict[str, Any]) -> None:
+                saved.append((directory, about))
+
+    said: list[str] = []
+    trainer = Trainer(load_config([], ["env=math"]), tmp_path, resume=True, log=said.append)
+    trainer._learner = Learner()
+    state = run.state()
+    assert state is not None
+    asyncio.run(trainer._export_again(state))
+    assert saved == [(str(tmp_path / "model"), {"step": 2, "tag": "step-2"})]
+    assert said == ["model/ held the policy of step 3; written again from step-2"]
+    (run.path / "model" / MODEL_CHECKPOINT).write_text('{"step": 2, "tag": "step-2"}')
+    asyncio.run(trainer._export_again(state))
+    assert len(saved) == 1, "model/ holding the checkpoint's step is kept"
 
 
 def _files(run: RunDirectory) -> dict[Path, bytes]:
