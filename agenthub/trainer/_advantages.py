@@ -4,6 +4,7 @@ shape; `advantages` flattens in and out and `gae` covers PPO with a critic."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -93,12 +94,15 @@ def gae(
 
 
 def filter_groups(
-    scores: torch.Tensor | Sequence[float], group_size: int, low: float = 0.0, high: float = 1.0
+    scores: torch.Tensor | Sequence[float],
+    group_size: int,
+    low: float = -math.inf,
+    high: float = math.inf,
 ) -> torch.Tensor:
     """Dynamic filtering: a boolean per sample, True for groups worth training on.
 
     A group is kept when its scores are not all equal (equal scores give zero advantage, so
-    no signal) and its mean score lies within [low, high].
+    no signal) and its mean score lies within [low, high] (unbounded unless given).
     """
     s = torch.as_tensor(scores, dtype=torch.float32).view(-1, group_size)
     mean = s.mean(dim=1)

@@ -86,14 +86,19 @@ class AlgorithmConfig(ConfigSection):
     synchronous training: rollouts wait for every learner step."""
     filter_groups: bool = True
     """Dynamic filtering: skip groups whose scores are all equal (they carry no signal)."""
-    filter_low: float = 0.0
-    """With filtering, keep groups whose mean score is at least this."""
-    filter_high: float = 1.0
-    """With filtering, keep groups whose mean score is at most this."""
+    filter_low: float | None = None
+    """With filtering, keep only groups whose mean score is at least this (None: no bound;
+    scores are the env's own, which need not lie in [0, 1])."""
+    filter_high: float | None = None
+    """With filtering, keep only groups whose mean score is at most this (None: no bound)."""
 
     @model_validator(mode="after")
     def _check_range(self) -> AlgorithmConfig:
-        if self.filter_low > self.filter_high:
+        if (
+            self.filter_low is not None
+            and self.filter_high is not None
+            and self.filter_low > self.filter_high
+        ):
             raise ValueError(
                 f"filter_low {self.filter_low} is above filter_high {self.filter_high}"
             )

@@ -404,12 +404,64 @@ def triage(group: list[Trajectory], version: int, algo: AlgorithmConfig) -> Verd
     if any(t.error is not None for t in group):
         return "failed"
     if algo.filter_groups:
+        low, high = algo.filter_low, algo.filter_high
         keep = filter_groups(
-            [t.success_score for t in group], len(group), algo.filter_low, algo.filter_high
+            [t.success_score for t in group],
+            len(group),
+            -math.inf if low is None else low,
+            math.inf if high is None else high,
         )
         if not bool(keep.all()):
             return "filtered"
     return "keep"
+
+
+class _NoSignal:
+    """The groups dynamic filtering dropped since the last group kept. A model whose reward
+    never varies on an env (every reply wrong, say) gives no step at all, which looks like a
+    hang; the run says so when the count reaches 4 batches, then 8, 16, ..."""
+
+    def __init__(self, algo: AlgorithmConfig) -> None:
+        self.algo = algo
+        self.kinds: Counter[str] = Counter()
+        self._restart()
+
+    def _restart(self) -> None:
+        self.in_a_row = 0
+        self.kinds.clear()
+        self.notice_at = 4 * self.algo.batch_groups
+
+    def add(self, group: list[Trajectory], verdict: Verdict) -> str | None:
+        """Count `group`; what to tell the user, when it is time to."""
+        if verdict == "keep":
+            self._restart()
+            return None
+        if verdict != "filtered":
+            return None
+        self.in_a_row += 1
+        scores = [t.success_score for t in group]
+        if min(scores) == max(scores):
+            self.kinds[f"all {scores[0]:g}"] += 1
+        else:
+            self.kinds[f"mean {sum(scores) / len(scores):.2g}"] += 1
+        if self.in_a_row < self.notice_at:
+            return None
+        self.notice_at *= 2
+        seen = ", ".join(f"{kind} in {n}" for kind, n in self.kinds.most_common(4))
+        bounds = ""
+        if self.algo.filter_low is not None or self.algo.filter_high is not None:
+            bounds = (
+                f", or a mean score outside algorithm.filter_low={self.algo.filter_low} .. "
+                f"filter_high={self.algo.filter_high}"
+            )
+        return (
+            f"the last {self.in_a_row} groups gave nothing to train on, so no step came of "
+            f"them: every episode of a group scored the same{bounds} (scores: {seen}). A "
+            "group of equal scores has no signal; if the model never does better or worse on "
+            "these tasks, give it easier ones or partial credit (try agenthub eval on the "
+            "env). algorithm.filter_groups=false trains on such groups, which moves the policy "
+            "only under an estimator without a group baseline (reinforce)"
+        )
 
 
 class Trainer:
@@ -439,6 +491,7 @@ class Trainer:
         self._sync_s = 0.0  # how long the last finished weight sync took
         self._pending_sync: asyncio.Task[None] | None = None
         self._failed = _FailedGroups()
+        self._no_signal = _NoSignal(config.algorithm)
         self._failure: AgentHubError | None = None  # raised once the run is checkpointed
         self._set_up = False  # the run directory holds this run (--resume can find it)
 
@@ -809,6 +862,8 @@ class Trainer:
             for group in got:
                 verdict = triage(group, version, algo)
                 self._failed.add(group)
+                if notice := self._no_signal.add(group, verdict):
+                    self.log(notice)
                 if verdict == "failed":
                     batch.errors.update(t.error.cause for t in group if t.error is not None)
                 if verdict != "stale" and verdict != "failed":

@@ -268,6 +268,10 @@ def test_triage_keeps_fresh_informative_groups_only() -> None:
     assert triage([_trajectory(1.0, 5), _trajectory(1.0, 5)], 5, unfiltered) == "keep"
     narrow = AlgorithmConfig(filter_low=0.0, filter_high=0.4)
     assert triage([_trajectory(1.0, 5), _trajectory(0.0, 5)], 5, narrow) == "filtered"
+    # Scores are the env's own: -1 for wrong, 1 for right used to fall outside a default [0, 1]
+    # range of mean scores, so every group with fewer right than wrong was dropped.
+    mostly_wrong = [_trajectory(-1.0, 5), _trajectory(-1.0, 5), _trajectory(1.0, 5)]
+    assert triage(mostly_wrong, 5, algo) == "keep"
 
 
 def test_only_failed_groups_in_a_row_count_towards_stopping_the_run(tmp_path: Path) -> None:
@@ -310,6 +314,36 @@ def test_the_time_limit_stops_a_batch_that_fills_slowly(tmp_path: Path) -> None:
     deadline = time.monotonic() + 0.3
     assert asyncio.run(trainer._assemble(0, [], deadline)) is None
     assert time.monotonic() - deadline < 1 and trainer.stop_reason == "reached max_minutes=0.01"
+
+
+@pytest.mark.timeout(30)
+def test_groups_that_never_carry_signal_are_reported_rather_than_waited_on(
+    tmp_path: Path,
+) -> None:
+    # A model that gets every task wrong gives groups of equal scores only: no step ever came,
+    # and nothing said why.
+    import time
+
+    said: list[str] = []
+    config = load_config([], ["env=math", "algorithm.batch_groups=2", "run.max_minutes=1"])
+    trainer = Trainer(config, tmp_path, log=said.append)
+    trainer._queue = trainer._admission = _FlatGroups()
+    assert asyncio.run(trainer._assemble(0, [], time.monotonic() + 1.5)) is None
+    assert said[0].startswith("the last 8 groups gave nothing to train on")  # 4 batches
+    assert "scores: all 1 in 8" in said[0] and "algorithm.filter_groups=false" in said[0]
+
+
+def test_the_no_signal_notice_comes_ever_more_rarely_and_a_kept_group_resets_it() -> None:
+    from agenthub.trainer._loop import _NoSignal
+
+    count = _NoSignal(AlgorithmConfig(batch_groups=2))
+    flat, wrong = [_trajectory(0.0, 0)] * 2, [_trajectory(-1.0, 0)] * 2
+    said = [count.add(flat if i % 4 else wrong, "filtered") for i in range(16)]
+    assert [i for i, notice in enumerate(said) if notice] == [7, 15]  # after 8, then 16
+    assert "(scores: all 0 in 12, all -1 in 4)" in str(said[15])
+    assert count.add(flat, "stale") is None and count.in_a_row == 16, "stale groups say nothing"
+    count.add([_trajectory(1.0, 0), _trajectory(0.0, 0)], "keep")
+    assert count.in_a_row == 0 and count.notice_at == 8 and not count.kinds
 
 
 @pytest.mark.timeout(60)
