@@ -416,6 +416,23 @@ def triage(group: list[Trajectory], version: int, algo: AlgorithmConfig) -> Verd
     return "keep"
 
 
+def _evaluated(step: int, result: dict[str, Any], versions: str) -> str:
+    """The log line of a held-out evaluation: its reward, and its failed episodes' causes
+    (with every episode failed there is no reward to give, only the errors)."""
+    errors, episodes = result["errors"], result["episodes"]
+    failed = ""
+    if errors:
+        causes = ", ".join(f"{c} x{n}" for c, n in Counter(result["error_causes"]).most_common())
+        failed = f"{errors} of {episodes} episodes ended in errors ({causes}; the last: "
+        failed += f"{result['last_error'][:300]})"
+    if errors == episodes:
+        return f"held-out evaluation at step {step}: {failed or 'no episodes'}"
+    return (
+        f"held-out reward {result['reward']:.3f} at step {step} "
+        f"({episodes} episodes, policy version{versions})" + (f"; {failed}" if failed else "")
+    )
+
+
 class _NoSignal:
     """The groups dynamic filtering dropped since the last group kept. A model whose reward
     never varies on an env (every reply wrong, say) gives no step at all, which looks like a
@@ -971,9 +988,10 @@ class Trainer:
         result = await self._workers[0].evaluate.remote(
             cfg.tasks, cfg.split, cfg.temperature, cfg.samples_per_task
         )
-        self._last_eval = result["reward"]
-        if self._first_eval is None:
-            self._first_eval = result["reward"]
+        if result["errors"] < result["episodes"]:  # else it has no reward (NaN)
+            self._last_eval = result["reward"]
+            if self._first_eval is None:
+                self._first_eval = result["reward"]
         self._metrics.log(
             {
                 "step": step,
@@ -988,10 +1006,7 @@ class Trainer:
         versions = f" {result['version']}"
         if result["version_max"] != result["version"]:
             versions = f"s {result['version']}-{result['version_max']}"
-        self.log(
-            f"held-out reward {result['reward']:.3f} at step {step} "
-            f"({result['episodes']} episodes, policy version{versions})"
-        )
+        self.log(_evaluated(step, result, versions))
 
     async def _checkpoint(self, step: int, elapsed_s: float) -> None:
         tag = f"step-{step}"

@@ -12,6 +12,7 @@ import os
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,10 @@ class RolloutWorker:
             "score": sum(t.success_score for t in ok) / len(ok) if ok else float("nan"),
             "episodes": len(done),
             "errors": len(done) - len(ok),
+            "error_causes": dict(Counter(t.error.cause for t in done if t.error is not None)),
+            "last_error": next(
+                (f"{t.error.cause}: {t.error.message}" for t in reversed(done) if t.error), ""
+            ),
         }
 
     def stats(self) -> dict[str, Any]:

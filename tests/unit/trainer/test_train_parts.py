@@ -333,6 +333,33 @@ def test_groups_that_never_carry_signal_are_reported_rather_than_waited_on(
     assert "scores: all 1 in 8" in said[0] and "algorithm.filter_groups=false" in said[0]
 
 
+def test_a_held_out_evaluation_names_its_failed_episodes_and_gives_no_reward_without_any() -> None:
+    # All ten failing used to read "held-out reward nan at step 0 (10 episodes, ...)".
+    from agenthub.trainer._loop import _evaluated
+
+    result: dict[str, Any] = {
+        "reward": float("nan"),
+        "episodes": 10,
+        "errors": 10,
+        "error_causes": {"env_error": 9, "env_timeout": 1},
+        "last_error": "env_error: ValueError: Step.reward must be finite, got nan",
+    }
+    assert _evaluated(0, result, " 0") == (
+        "held-out evaluation at step 0: 10 of 10 episodes ended in errors (env_error x9, "
+        "env_timeout x1; the last: env_error: ValueError: Step.reward must be finite, got nan)"
+    )
+    some = {**result, "reward": 0.25, "errors": 1, "error_causes": {"env_timeout": 1}}
+    assert _evaluated(3, some, "s 2-3").startswith(
+        "held-out reward 0.250 at step 3 (10 episodes, policy versions 2-3); 1 of 10 episodes "
+        "ended in errors (env_timeout x1; the last: "
+    )
+    fine = {**result, "reward": 0.5, "errors": 0, "error_causes": {}, "last_error": ""}
+    assert (
+        _evaluated(5, fine, " 5")
+        == "held-out reward 0.500 at step 5 (10 episodes, policy version 5)"
+    )
+
+
 def test_the_no_signal_notice_comes_ever_more_rarely_and_a_kept_group_resets_it() -> None:
     from agenthub.trainer._loop import _NoSignal
 
