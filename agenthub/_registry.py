@@ -26,8 +26,9 @@ from agenthub._errors import (
     EnvNotFoundError,
     PluginLoadError,
 )
-from agenthub._returns import method_problems, raised_at
+from agenthub._returns import method_problems
 from agenthub._spec import EnvSpec
+from agenthub._tracebacks import raised_at
 
 _ANY_TYPES = ConfigDict(arbitrary_types_allowed=True)
 

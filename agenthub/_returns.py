@@ -9,17 +9,11 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import traceback
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
-
-import pydantic
 
 from agenthub._errors import AgentHubError
 from agenthub._types import Message, Step, Task
-
-_PYDANTIC = str(Path(pydantic.__file__).parent)
 
 _AWAITED = {
     "reset": "async def reset(self, task, *, seed=None)",
@@ -78,19 +72,6 @@ def _method_problem(owner: str, name: str, method: Any) -> str | None:
             "Tasks, not async: it is read outside any event loop"
         )
     return None
-
-
-def raised_at(exc: BaseException) -> str:
-    """` (raised at FILE:LINE, in FUNCTION)`: the innermost Python frame `exc` went through,
-    for a one-line report of an env's failure that points at the line to look at."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    # A model that rejects its fields raises from pydantic's own code: the line to look at is
-    # the one that built it.
-    ours = [f for f in frames if not f.filename.startswith(_PYDANTIC)] or frames
-    if not ours:
-        return ""
-    last = ours[-1]
-    return f" (raised at {last.filename}:{last.lineno}, in {last.name})"
 
 
 class EnvReturnError(TypeError):

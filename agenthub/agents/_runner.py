@@ -21,11 +21,11 @@ from agenthub._returns import (
     checked_stop,
     checked_system_prompt,
     checked_tools,
-    raised_at,
     reset_problems,
     step_problems,
 )
 from agenthub._spec import EnvSpec
+from agenthub._tracebacks import raised_at
 from agenthub._transcript import stepping
 from agenthub._types import Step, Task
 from agenthub.agents._chat import ChatTokenizer
@@ -316,7 +316,11 @@ class EpisodeRunner:
         try:
             return await _bounded(call, self.config.timeouts.env_step_s, "env_timeout", what)
         except (RewardFuncError, RewardModelError) as exc:
-            raise _Failed("score_error", f"{type(exc).__name__}: {exc}") from exc
+            # A reward file's own exception is named at its line; agenthub's verdict on what a
+            # scorer returned, or a reward server's failure, has no line of the user's to name.
+            wrapped = exc.__cause__ if isinstance(exc, RewardFuncError) else None
+            where = "" if wrapped is None else raised_at(wrapped, fallback=False)
+            raise _Failed("score_error", f"{type(exc).__name__}: {exc}{where}") from exc
         except _Failed:
             raise
         except (Exception, SystemExit) as exc:

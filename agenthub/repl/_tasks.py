@@ -9,7 +9,8 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._errors import AgentHubError, NoTaskSourceError
-from agenthub._returns import checked_tasks, raised_at
+from agenthub._returns import checked_tasks
+from agenthub._tracebacks import raised_at
 from agenthub._types import Task
 
 __all__ = ["TaskSource"]

@@ -22,12 +22,12 @@ from agenthub._returns import (
     checked_system_prompt,
     checked_tools,
     method_problems,
-    raised_at,
     reset_problems,
     step_problems,
     task_problem,
 )
 from agenthub._spec import EnvSpec
+from agenthub._tracebacks import raised_at
 from agenthub._types import Task
 
 DEFAULT_ACTIONS: tuple[str, ...] = (

@@ -24,6 +24,7 @@ from typing import IO, Any
 import anyio
 
 from agenthub._errors import RewardFuncError
+from agenthub._tracebacks import RemoteTraceback
 from agenthub._worker_process import kill_worker, start_worker
 from agenthub.envs._files import import_user_file
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
@@ -232,11 +233,6 @@ class _RaisedInWorker(Exception):
         self.kind = kind
 
 
-class _WorkerTraceback(Exception):
-    def __str__(self) -> str:
-        return "\n" + str(self.args[0])
-
-
 class _Worker:
     """One `python -m agenthub.envs.reward_func._worker` process, doing one call at a time."""
 
@@ -273,8 +269,8 @@ class _Worker:
     @staticmethod
     def _answer(reply: tuple[Any, ...]) -> Any:
         if reply[0] == "error":
-            _, kind, message, trace = reply
-            raise _RaisedInWorker(kind, message) from _WorkerTraceback(trace)
+            _, kind, message, trace, frames = reply
+            raise _RaisedInWorker(kind, message) from RemoteTraceback(trace, frames)
         return reply[1] if len(reply) > 1 else None
 
     def _how(self) -> str:

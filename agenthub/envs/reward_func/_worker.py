@@ -4,8 +4,8 @@ private pipe.
 Started by `_function._Worker` as `python -m agenthub.envs.reward_func._worker PARENT_PID
 FILE`. It takes the parent's `sys.path`, imports FILE once, answers `("ready",)`, then for each
 request calls `reward_func` in its main thread and answers `("ok", result)` or `("error", type
-name, message, traceback)`. It dies with its parent and keeps stdout for its replies: the
-function's prints go to stderr.
+name, message, traceback text, frames)`, the frames for `RemoteTraceback`. It dies with its
+parent and keeps stdout for its replies: the function's prints go to stderr.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agenthub._tracebacks import Frame, frames_of
 from agenthub._worker_process import become_worker
 
 
@@ -42,8 +43,8 @@ def main() -> None:
         _send(replies, reply)
 
 
-def _error(exc: BaseException) -> tuple[str, str, str, str]:
-    return ("error", type(exc).__name__, str(exc), traceback.format_exc())
+def _error(exc: BaseException) -> tuple[str, str, str, str, list[Frame]]:
+    return ("error", type(exc).__name__, str(exc), traceback.format_exc(), frames_of(exc))
 
 
 def _send(replies: BinaryIO, reply: tuple[Any, ...]) -> None:
@@ -51,7 +52,7 @@ def _send(replies: BinaryIO, reply: tuple[Any, ...]) -> None:
         data = pickle.dumps(reply)
     except Exception as exc:  # what the function returned cannot leave this process
         data = pickle.dumps(
-            ("error", type(exc).__name__, f"its result cannot be pickled: {exc}", "")
+            ("error", type(exc).__name__, f"its result cannot be pickled: {exc}", "", [])
         )
     replies.write(data)
 

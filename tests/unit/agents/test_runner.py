@@ -482,3 +482,16 @@ async def test_an_agent_file_reads_the_transcript_on_its_own_event_loop(
     )
     [t] = await played.collect([Task(id="t", prompt="Count down with me.")])
     assert t.error is None and t.extra_logs == {"templated": 1.0}
+
+
+async def test_a_reward_file_s_error_is_recorded_with_the_file_s_line(
+    chat: ChatTokenizer, fixtures: Path
+) -> None:
+    path = fixtures / "reward_broken.py"
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "KeyError" in text)
+    run = EpisodeRunner(
+        replying(chat), chat, "reward_func", RolloutConfig(), env_kwargs={"reward_func": str(path)}
+    )
+    [t] = await run.collect([Task(id="case", prompt="Go.", label="raise")])
+    assert t.error is not None and t.error.cause == "score_error"
+    assert t.error.message.endswith(f" (raised at {path}:{line}, in reward_func)")

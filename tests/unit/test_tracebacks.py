@@ -1,0 +1,72 @@
+"""An env's failure is reported at the line of the user's code to look at, not agenthub's."""
+
+import math
+from pathlib import Path
+
+import anyio
+import pytest
+
+import agenthub
+from agenthub import AgentFuncError, RewardFuncError, Step, Task, make
+from agenthub._tracebacks import RemoteTraceback, raised_at
+
+pytestmark = pytest.mark.anyio
+
+AGENTHUB = Path(agenthub.__file__).parent
+RUNNER = (str(AGENTHUB / "agents" / "_runner.py"), 290, "_env_call")
+STEP_INIT = (str(AGENTHUB / "_types.py"), 104, "__post_init__")
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def _nan_step() -> Step[str]:
+    return Step("", math.nan)
+
+
+def test_a_step_agenthub_refuses_is_reported_at_the_line_that_built_it() -> None:
+    with pytest.raises(ValueError, match="must be finite") as raised:
+        _nan_step()
+    line = _nan_step.__code__.co_firstlineno + 1
+    assert raised_at(raised.value) == f" (raised at {__file__}:{line}, in _nan_step)"
+
+
+@pytest.mark.parametrize("processes", [None, 0], ids=["worker process", "thread"])
+async def test_a_reward_file_s_error_names_the_file_s_line(
+    fixtures: Path, processes: int | None
+) -> None:
+    path = fixtures / "reward_broken.py"
+    env = make("reward_func", reward_func=str(path), reward_processes=processes)
+    await env.reset(Task(id="case", prompt="p", label="raise"))
+    with pytest.raises(RewardFuncError, match="raised KeyError") as raised:
+        await env.step("response")
+    await env.aclose()
+    line = _line_of(path, 'raise KeyError("missing_field")')
+    assert raised_at(raised.value) == f" (raised at {path}:{line}, in reward_func)"
+
+
+async def test_an_agent_file_s_error_names_the_file_s_line(fixtures: Path) -> None:
+    path = fixtures / "agent_func_blocking.py"
+    env = make("openrlhf_agent", agent_func=str(path))
+    await env.reset(Task(id="t", prompt="p", label="raise"))
+    with pytest.raises(AgentFuncError, match="tool crashed") as raised:
+        await env.step("x")
+    await env.aclose()
+    line = _line_of(path, 'raise RuntimeError("tool crashed")')
+    assert raised_at(raised.value) == f" (raised at {path}:{line}, in step)"
+
+
+def test_an_installed_plugin_is_named_when_no_file_of_the_user_s_own_is_on_the_way() -> None:
+    plugin = "/venv/lib/python3.11/site-packages/guess_number/env.py"
+    trace = RemoteTraceback("", [RUNNER, (plugin, 7, "step"), STEP_INIT])
+    assert raised_at(trace) == f" (raised at {plugin}:7, in step)"
+
+
+def test_agenthub_s_own_line_is_named_only_when_nothing_else_is_on_the_way() -> None:
+    # A built-in env's bug, run in a thread through anyio: anyio's frame says nothing either.
+    thread = (str(Path(anyio.__file__).parent / "_backends" / "_asyncio.py"), 967, "run")
+    score = (str(AGENTHUB / "envs" / "reward_func" / "_function.py"), 171, "_score")
+    trace = RemoteTraceback("", [RUNNER, thread, score])
+    assert raised_at(trace) == f" (raised at {score[0]}:171, in _score)"
+    assert raised_at(trace, fallback=False) == ""
