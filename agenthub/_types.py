@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -80,13 +81,16 @@ class Step(Generic[ObsT]):
     """What `Env.step` returns. Unpacks like Gymnasium's 5-tuple.
 
     - `observation`: the environment's reply to append to the conversation (may be empty).
-    - `reward`: this step's reward; the episode return is the sum over steps. Must be finite.
-    - `terminated`: the episode reached a natural end (answer given, game won or lost).
+    - `reward`: this step's reward; the episode return is the sum over steps. Any finite real
+      number but a bool (a numpy one too: `scores.mean()`), kept as a Python float.
+    - `terminated`: the episode reached a natural end (answer given, game won or lost). A
+      numpy bool (`guess == secret` on numpy ints) is kept as a Python bool, as for `truncated`.
     - `truncated`: the episode was cut short from outside its own logic (turn or token budget).
     - `info`: free-form JSON diagnostics for people; nothing the trainer needs travels here.
     - `score`: the task score used for filtering and pass@k, when it differs from `reward`
       (OpenRLHF's `scores`). `None` means "same as the reward".
-    - `extra_logs`: numbers to log per trajectory (OpenRLHF's `extra_logs`).
+    - `extra_logs`: numbers to log per trajectory (OpenRLHF's `extra_logs`). Here and in
+      `score` too, a numpy number is kept as a Python float.
     """
 
     observation: ObsT
@@ -98,11 +102,21 @@ class Step(Generic[ObsT]):
     extra_logs: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.reward, int | float) or isinstance(self.reward, bool):
+        # A step is stored as JSON and summed: numpy's numbers and bools become Python's here.
+        if not _real(self.reward):
             raise TypeError(f"Step.reward must be a float, got {type(self.reward).__name__}")
-        if not math.isfinite(self.reward):
-            raise ValueError(f"Step.reward must be finite, got {self.reward}")
-        object.__setattr__(self, "reward", float(self.reward))
+        reward = float(self.reward)
+        if not math.isfinite(reward):
+            raise ValueError(f"Step.reward must be finite, got {reward}")
+        object.__setattr__(self, "reward", reward)
+        for flag in ("terminated", "truncated"):
+            if _numpy_bool(value := getattr(self, flag)):
+                object.__setattr__(self, flag, bool(value))
+        if self.score is not None and _real(self.score):
+            object.__setattr__(self, "score", float(self.score))
+        if isinstance(self.extra_logs, Mapping):
+            logs = {k: float(v) if _real(v) else v for k, v in self.extra_logs.items()}
+            object.__setattr__(self, "extra_logs", logs)
 
     @property
     def done(self) -> bool:
@@ -111,3 +125,16 @@ class Step(Generic[ObsT]):
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.observation, self.reward, self.terminated, self.truncated, self.info))
+
+
+def _real(value: object) -> bool:
+    """A real number that is no bool: Python's, or numpy's without importing numpy."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _numpy_bool(value: object) -> bool:
+    """numpy's bool, or a 0-d boolean array, without importing numpy. Anything else but a
+    Python bool is left for `check_env` and the runner to name."""
+    return getattr(getattr(value, "dtype", None), "kind", None) == "b" and (
+        getattr(value, "shape", None) == ()
+    )

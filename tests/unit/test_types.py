@@ -1,10 +1,12 @@
 import json
 import math
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from agenthub import EnvSpec, Message, Step, Task
+from agenthub._returns import step_problems
 
 
 def test_step_unpacks_like_gymnasium_and_keeps_flags_apart() -> None:
@@ -15,10 +17,34 @@ def test_step_unpacks_like_gymnasium_and_keeps_flags_apart() -> None:
     assert info == {} and observation[0].content == "hi"
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, "1", True, None])
+@pytest.mark.parametrize(
+    "bad", [math.nan, math.inf, "1", True, None, np.float32("nan"), np.bool_(True), np.array(1.0)]
+)
 def test_step_rejects_rewards_that_are_not_finite_numbers(bad: object) -> None:
     with pytest.raises((TypeError, ValueError)):
         Step([], bad)  # type: ignore[arg-type]
+
+
+def test_step_takes_numpy_numbers_and_bools_and_keeps_python_ones() -> None:
+    rewards = np.array([0.25, 0.75], dtype=np.float32)
+    guess, secret = np.int64(3), np.int64(3)
+    step = Step(
+        "",
+        rewards.mean(),
+        terminated=guess == secret,
+        truncated=np.array(False),  # type: ignore[arg-type]
+        score=np.int64(1),
+        extra_logs={"turns": np.int64(2), "ratio": np.float16(0.5)},
+    )
+    values = [step.reward, step.terminated, step.truncated, step.score, *step.extra_logs.values()]
+    assert [type(v) for v in values] == [float, bool, bool, float, float, float]
+    assert values == [0.5, True, False, 1.0, 2.0, 0.5]
+    assert step_problems(step) == []
+    assert json.loads(json.dumps([step.reward, step.terminated, step.extra_logs])) == [
+        0.5,
+        True,
+        {"turns": 2.0, "ratio": 0.5},
+    ]
 
 
 def test_task_round_trips_through_json_with_chat_prompt() -> None:
