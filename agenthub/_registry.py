@@ -168,27 +168,49 @@ def load_entry_point(spec: EnvSpec) -> Callable[..., Any]:
     module_name, _, attr_path = spec.entry_point.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise _import_error(spec, module_name, exc) from exc
+    try:
         for part in attr_path.split("."):
             target = getattr(target, part)
     except Exception as exc:
-        if module_name == "__main__":
-            raise PluginLoadError(
-                f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. It was "
-                "registered from a script, whose classes only that script's process finds: "
-                "move the env into a module this process can import"
-            ) from exc
-        raise PluginLoadError(
-            f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. The entry point "
-            "must name 'module:Attr' where Attr is an agenthub.Env subclass or a function "
-            "returning an agenthub.Env; check that the package is installed in this Python "
-            "and imports cleanly."
-        ) from exc
+        raise _not_loaded(spec, module_name, exc) from exc
     if not callable(target):
         raise PluginLoadError(
             f"{_describe(spec)} names {type(target).__name__} object, which is not callable; "
             "it must export an agenthub.Env subclass or a function returning an agenthub.Env."
         )
     return target  # type: ignore[no-any-return]
+
+
+def _import_error(spec: EnvSpec, module_name: str, exc: Exception) -> PluginLoadError:
+    """The error for `exc`, raised importing the entry point's module. When the code of that
+    module (or of one it imports) raised it, it is named at its file and line, where the fix
+    is; only a module that is not there is the entry point's or the installation's fault."""
+    if isinstance(exc, ModuleNotFoundError) and f"{module_name}.".startswith(f"{exc.name}."):
+        return _not_loaded(spec, module_name, exc)  # it, or its package, is not there
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:  # no frame of its own
+        where = f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+        return PluginLoadError(f"{_describe(spec)} failed to load: {where}")
+    return PluginLoadError(
+        f"{_describe(spec)} failed to load: importing {module_name} raised "
+        f"{type(exc).__name__}: {exc}{raised_at(exc)}"
+    )
+
+
+def _not_loaded(spec: EnvSpec, module_name: str, exc: Exception) -> PluginLoadError:
+    """The error for an entry point that names no module or attribute there is."""
+    if module_name == "__main__":
+        return PluginLoadError(
+            f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. It was "
+            "registered from a script, whose classes only that script's process finds: "
+            "move the env into a module this process can import"
+        )
+    return PluginLoadError(
+        f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. The entry point "
+        "must name 'module:Attr' where Attr is an agenthub.Env subclass or a function "
+        "returning an agenthub.Env; check that the package is installed in this Python."
+    )
 
 
 def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:

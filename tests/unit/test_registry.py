@@ -99,6 +99,54 @@ def test_bad_entry_points_name_the_entry_point_and_what_to_export(
     assert f"'bad = {entry_point}'" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "source", "error"),
+    [
+        (
+            "plugin_syntax",
+            "import json\n\n\nclass GuessEnv(:\n",
+            "{file}:4: SyntaxError: invalid syntax",
+        ),
+        (
+            "plugin_raises",
+            "import json\n\nSECRET = json.loads('')\n",
+            "importing plugin_raises raised JSONDecodeError: Expecting value: line 1 column 1 "
+            "(char 0) (raised at {file}:3, in <module>)",
+        ),
+        (
+            "plugin_needs",
+            "import not_installed_xyz\n",
+            "importing plugin_needs raised ModuleNotFoundError: No module named "
+            "'not_installed_xyz' (raised at {file}:1, in <module>)",
+        ),
+    ],
+)
+def test_a_plugin_whose_module_fails_to_import_is_named_at_its_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str, error: str
+) -> None:
+    monkeypatch.syspath_prepend(tmp_path)
+    module = tmp_path / f"{name}.py"
+    module.write_text(source)
+    declare(tmp_path, "guess", {"guess": f"{name}:GuessEnv"})
+    with pytest.raises(PluginLoadError) as info:
+        make("guess")
+    assert str(info.value) == (
+        f"environment 'guess' (package 'guess', entry point 'guess = {name}:GuessEnv') "
+        f"failed to load: {error.format(file=module)}"
+    )
+
+
+def test_a_module_missing_from_an_installed_package_is_the_entry_point_s_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(tmp_path)
+    (tmp_path / "guess_package").mkdir()
+    (tmp_path / "guess_package" / "__init__.py").write_text("")
+    declare(tmp_path, "guess", {"guess": "guess_package.envs:GuessEnv"})
+    with pytest.raises(PluginLoadError, match=r"No module named 'guess_package\.envs'\. The entry"):
+        make("guess")
+
+
 def test_factory_returning_a_non_env_is_rejected() -> None:
     register("weird", "tests.unit._envs:factory_returning", value=3)
     with pytest.raises(PluginLoadError, match="returned int, not an agenthub.Env"):
