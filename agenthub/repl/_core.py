@@ -295,15 +295,14 @@ class Repl:
     # -- actions --------------------------------------------------------------------------
 
     async def _typed(self, text: str) -> None:
-        self._ready()
-        action = typed_action(self.chat, text, self._policy_version())
+        sampling = self._reply_sampling(self._ready())
+        action = typed_action(self.chat, text, self._policy_version(), sampling)
         if action.text != text:
-            self.console.print(
-                Text(
-                    f"note: the tokens decode to {action.text!r}; the env gets that", style="yellow"
-                ),
-                markup=False,
-            )
+            why = ""
+            if any(s in text for s in sampling.stop):
+                why = " (a reply ends at its first stop string, as a sampled one does)"
+            note = f"note: the tokens decode to {action.text!r}{why}; the env gets that"
+            self.console.print(Text(note, style="yellow"), markup=False)
         await self._step(action)
 
     async def _gen(self, args: tuple[str, ...]) -> None:
@@ -314,10 +313,8 @@ class Repl:
             raise AgentHubError(
                 f"the episode fills the model's context ({engine.max_model_len} tokens)"
             )
-        stops = {*self.sampling.stop_token_ids, *self.chat.stop_token_ids}
-        sampling = self.sampling.with_stop(episode.stop).replace(
-            max_tokens=min(self.sampling.max_tokens, room), stop_token_ids=tuple(sorted(stops))
-        )
+        sampling = self._reply_sampling(episode)
+        sampling = sampling.replace(max_tokens=min(sampling.max_tokens, room))
         show_settings(self.console, self.sampling)
         started = time.perf_counter()
         try:
@@ -341,7 +338,7 @@ class Repl:
         replay = self.replay
         assert replay is not None
         episode = self._ready()
-        action = replay.next_action(episode)
+        action = replay.next_action(episode, self._reply_sampling(episode))
         if action is None:
             self._finish_replay()
             return
@@ -452,6 +449,12 @@ class Repl:
 
     def _policy_version(self) -> int:
         return 0 if self.engine is None else self.engine.policy_version
+
+    def _reply_sampling(self, episode: Episode) -> SamplingParams:
+        """What `:gen` samples under, as `agenthub eval` would: the session's settings, the
+        env's stop strings and every stop token. A typed or replayed reply ends by the same."""
+        stops = {*self.sampling.stop_token_ids, *self.chat.stop_token_ids}
+        return self.sampling.with_stop(episode.stop).replace(stop_token_ids=tuple(sorted(stops)))
 
     async def _engine(self) -> InferenceEngine:
         if self.engine is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -22,6 +22,7 @@ from agenthub.agents import (
     ChatTemplateError,
     ChatTokenizer,
     Generation,
+    SamplingParams,
     Session,
     Timings,
     Trajectory,
@@ -71,11 +72,33 @@ def end_of_turn(chat: ChatTokenizer) -> list[int]:
     return list(chat.stop_token_ids[:1])
 
 
-def typed_action(chat: ChatTokenizer, text: str, policy_version: int) -> Action:
-    """A person's reply, tokenized as if the model had written it: the text, then end-of-turn."""
-    ids = (*chat.encode_text(text), *end_of_turn(chat))
-    generation = Generation(ids, (0.0,) * len(ids), "stop", policy_version)
-    return Action("human", chat.decode(ids), generation)
+def reply_end(chat: ChatTokenizer, ids: Sequence[int], sampling: SamplingParams) -> int | None:
+    """How many of `ids` a model sampling them under `sampling` would have written before the
+    engine ended its reply: through the first stop token, or through the token that completes
+    one of the `stop` strings (kept as sampled). None when the reply would go on."""
+    stop_ids = {*sampling.stop_token_ids, *chat.stop_token_ids}
+    stops = sampling.stop
+    # Decoding every prefix is only needed when a stop string occurs at all.
+    if stops and not any(s in chat.decode(ids) for s in stops):
+        stops = ()
+    for i, token in enumerate(ids):
+        if token in stop_ids or (stops and any(s in chat.decode(ids[: i + 1]) for s in stops)):
+            return i + 1
+    return None
+
+
+def typed_action(
+    chat: ChatTokenizer, text: str, policy_version: int, sampling: SamplingParams | None = None
+) -> Action:
+    """A person's reply, tokenized as if the model had written it under `sampling` (what `:gen`
+    samples with): the text, then end-of-turn. A reply that reaches a stop string or token
+    ends there, as the engine ends a sample: it is cut after the token that completes it and
+    gets no end-of-turn token, so the episode holds what eval and training would hold."""
+    ids = chat.encode_text(text)
+    end = reply_end(chat, ids, sampling or SamplingParams())
+    reply = (*ids[:end],) if end is not None else (*ids, *end_of_turn(chat))
+    generation = Generation(reply, (0.0,) * len(reply), "stop", policy_version)
+    return Action("human", chat.decode(reply), generation)
 
 
 def model_action(chat: ChatTokenizer, generation: Generation) -> Action:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agenthub.agents import ChatTokenizer, Generation, Trajectory
-from agenthub.repl._episode import Action, Episode, end_of_turn, model_action
+from agenthub.agents import ChatTokenizer, Generation, SamplingParams, Trajectory
+from agenthub.repl._episode import Action, Episode, model_action, reply_end
 
 __all__ = ["Replay"]
 
@@ -14,9 +14,10 @@ class Replay:
     A model's reply is a run of loss-mask-1 tokens and is replayed with its saved tokens and
     logprobs. A typed reply has mask 0 like the env's messages; it is found because the
     replayed episode produces the env's tokens itself: while the replay matches the saved
-    tokens, the next reply starts where the replayed session ends and runs to its
-    end-of-turn token. Once the env answers differently (another seed, a changed env), only
-    the model's replies (the mask-1 runs) can still be told apart, and only those are replayed.
+    tokens, the next reply starts where the replayed session ends and runs to where a sample
+    would have ended (its stop string or stop token, as when it was typed). Once the env
+    answers differently (another seed, a changed env), only the model's replies (the mask-1
+    runs) can still be told apart, and only those are replayed.
     """
 
     def __init__(self, saved: Trajectory, chat: ChatTokenizer) -> None:
@@ -25,10 +26,10 @@ class Replay:
         self.aligned = True
         self.diverged_at: int | None = None
         self._pos = 0
-        self._eot = set(end_of_turn(chat))
 
-    def next_action(self, episode: Episode) -> Action | None:
-        """The next saved reply, or None when there is none left."""
+    def next_action(self, episode: Episode, sampling: SamplingParams) -> Action | None:
+        """The next saved reply, or None when there is none left; `sampling` (what the episode
+        samples under) says where a typed one ends."""
         tokens, mask = self.saved.tokens, self.saved.loss_mask
         have = episode.session.tokens
         if self.aligned and tokens[: len(have)] == have:
@@ -47,14 +48,10 @@ class Replay:
             while end < len(tokens) and mask[end] == 1:
                 end += 1
         else:
-            while end < len(tokens) and tokens[end] not in self._eot:
-                end += 1
-            end = min(end + 1, len(tokens))
+            end = pos + (reply_end(self.chat, tokens[pos:], sampling) or len(tokens) - pos)
         self._pos = end
         ids = tuple(tokens[pos:end])
-        stopped = ids[-1] in self.chat.stop_token_ids or (
-            bool(episode.stop) and any(s in self.chat.decode(ids) for s in episode.stop)
-        )
+        stopped = reply_end(self.chat, ids, sampling) == len(ids)
         generation = Generation(
             ids,
             tuple(self.saved.logprobs[pos:end]),

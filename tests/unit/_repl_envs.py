@@ -79,3 +79,24 @@ class StopAtEqualsEnv(GuessEnv):
     """Guesses end where the model writes '='."""
 
     stop = ("=",)
+
+
+class CalcEnv(Env[str]):
+    """Plain-text arithmetic: the model writes a sum up to '=', the env writes its value after
+    it, and the next reply ends the episode."""
+
+    stop = ("=",)
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        yield Task(id=f"{split}-0", prompt="Multiply.")
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        self.turns = 0
+        return "\n", {}
+
+    async def step(self, action: str) -> Step[str]:
+        self.turns += 1
+        if self.turns > 1:
+            return Step("", 1.0, terminated=True)
+        a, _, b = action.rstrip("=").partition("*")
+        return Step(f" [calc] {int(a) * int(b)}\n", 0.0)

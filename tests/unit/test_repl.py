@@ -206,6 +206,54 @@ async def test_gen_ends_the_reply_at_the_env_s_stop_string_and_a_replay_says_so(
     await h.repl.aclose()
 
 
+async def test_a_typed_reply_ending_on_a_stop_string_holds_the_tokens_eval_records(
+    chat: ChatTokenizer, tmp_path: Path
+) -> None:
+    calc = "tests.unit._repl_envs:CalcEnv"
+
+    def reply(prompt: Sequence[int]) -> list[int]:
+        text = "32" if "[calc]" in chat.decode(prompt) else "8 * 4 = 32"
+        return [*chat.encode_text(text), chat.stop_token_ids[0]]
+
+    engine = FakeEngine(reply, decode=chat.decode)
+    config = RolloutConfig(sampling=SamplingParams(max_tokens=16))
+    runner = EpisodeRunner(engine, chat, EnvSpec(id=calc, entry_point=calc), config)
+    task = Task(id="held_out-0", prompt="Multiply.")
+    [evaluated] = await runner.collect([task])
+    assert evaluated.error is None and evaluated.reward == 1.0
+
+    h = Harness(chat, calc)
+    await h.repl.start()
+    await h.type("8 * 4 =", "", "32", "")
+    assert h.episode.trajectory().tokens == evaluated.tokens
+    assert "|8| *| 4| |=| |[|c|a|l|c|]|" in await h.type(":tokens")
+    file = tmp_path / "calc.jsonl"
+    await h.type(f":save {file}", f":load {file}")
+    assert "matches the saved one token for token" in await h.type("", "")
+    assert [a.text for a in h.episode.actions] == ["8 * 4 =", "32"]
+    await h.repl.aclose()
+
+
+async def test_a_typed_reply_is_cut_where_a_sampled_one_would_stop(
+    chat: ChatTokenizer, tmp_path: Path
+) -> None:
+    h = Harness(chat, "tests.unit._repl_envs:StopAtEqualsEnv")
+    await h.repl.start()
+    before = len(h.episode.session)
+    out = await h.type("1 = 9 or so", "", "3", "")
+    assert "note: the tokens decode to '1 ='" in out and "first stop string" in out
+    cut, _ = h.episode.actions
+    assert cut.text == "1 =" and cut.generation.token_ids == tuple(chat.encode_text("1 ="))
+    assert h.episode.session.tokens[before : before + len(cut.generation.token_ids)] == list(
+        cut.generation.token_ids
+    )
+    file = tmp_path / "t.jsonl"
+    await h.type(f":save {file}", f":load {file}")
+    assert "matches the saved one token for token" in await h.type("", "")
+    assert [a.text for a in h.episode.actions] == ["1 =", "3"]
+    await h.repl.aclose()
+
+
 async def test_set_changes_and_shows_the_sampling(chat: ChatTokenizer) -> None:
     h = await started(chat, reply="1 2 3 4 5 6 7 8")
     out = await h.type(":set temperature 0.7", ":set max_tokens 2", ":set seed 3", ":set")
