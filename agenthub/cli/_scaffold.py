@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import keyword
 import re
 import string
 import sys
@@ -65,8 +66,9 @@ def scaffold(name: str, target: Path, *, tools: bool = False) -> list[Path]:
 
 def _check_free(name: str, module: str) -> None:
     """Refuse a name the new package would clash on once installed: an env id two packages
-    declare cannot be made, and a top-level module named like one Python already finds hides
-    it or is hidden by it (`random` fails as "'random' is not a package")."""
+    declare cannot be made, a keyword cannot be imported at all, and a top-level module named
+    like one Python already finds hides it or is hidden by it (`random` fails as "'random' is
+    not a package")."""
     other = f"choose another name, e.g. 'my-{name}'"
     taken = {s.id: s for s in list_envs()}
     if name in taken:
@@ -74,6 +76,12 @@ def _check_free(name: str, module: str) -> None:
         raise AgentHubError(
             f"environment id {name!r} is already declared by {owner}; with a second package "
             f"declaring it, agenthub.make({name!r}) refuses both; {other}"
+        )
+    if keyword.iskeyword(module):
+        # A soft keyword (`match`, `type`) is still a valid module name, so only hard ones.
+        raise AgentHubError(
+            f"the package would be the module {module!r}, which is a Python keyword: "
+            f"`from {module}.env import ...` is a syntax error; {other}"
         )
     if module in sys.stdlib_module_names:
         raise AgentHubError(

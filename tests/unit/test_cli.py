@@ -389,6 +389,8 @@ def test_scaffold_rejects_bad_names(
         ("math", "environment id 'math' is already declared by package 'agenthub'"),
         ("random", "the module 'random', which is in Python's standard library"),
         ("pydantic", "Python already imports a module of that name"),
+        ("import", "the module 'import', which is a Python keyword"),
+        ("class", "`from class.env import ...` is a syntax error"),
     ],
 )
 def test_scaffold_refuses_names_that_would_clash_once_installed(
@@ -398,6 +400,13 @@ def test_scaffold_refuses_names_that_would_clash_once_installed(
     err = capsys.readouterr().err
     assert why in err and f"choose another name, e.g. 'my-{name}'" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_soft_keyword_is_a_name_the_scaffolded_package_can_import(tmp_path: Path) -> None:
+    scaffold("match", tmp_path / "pkg")
+    init = tmp_path / "pkg" / "src" / "match" / "__init__.py"
+    compile(init.read_text(), str(init), "exec")
+    assert "from match.env import MatchEnv" in init.read_text()
 
 
 def test_scaffold_refuses_to_overwrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
