@@ -55,9 +55,10 @@ def raised_at(exc: BaseException, *, fallback: bool = True) -> str:
     That is the innermost frame of the user's own code: not agenthub's (a `Step` refusing a NaN
     reward raises in agenthub, but the line to fix is the user's `return Step(...)`), nor
     pydantic's, anyio's or the standard library's, which only carry the call. An installed
-    package's frame (a plugin installed without `-e`, or a library the user's code called) is
-    the next best. Each is looked for first in what `exc` was raised from (`__cause__`, its
-    root first), then in `exc`, then in what it was raised while handling (`__context__`):
+    package's frame on `exc`'s own way (a plugin installed without `-e`, or a library the
+    user's code called) is the next best. The user's frame is looked for first in what `exc`
+    was raised from (`__cause__`, its root first), then in `exc`, then in what it was raised
+    while handling (`__context__`):
     agenthub wraps a user's error in one of its own (`AgentFuncError`, `RewardFuncError`)
     whose frames lead only to agenthub or to whoever called it, and an error from a reward
     file's worker process arrives as a `RemoteTraceback` holding that process's frames.
@@ -67,12 +68,13 @@ def raised_at(exc: BaseException, *, fallback: bool = True) -> str:
     or nothing with `fallback=False` (for a message where agenthub's line would say nothing
     to the user).
     """
-    chain = _chain(exc)
-    for wanted in (_users, _installed):
-        for each in chain:
-            found = [f for f in _frames(each) if wanted(f[0])]
-            if found:
-                return _where(found[-1])
+    for each in _chain(exc):
+        if found := [f for f in _frames(each) if _users(f[0])]:
+            return _where(found[-1])
+    # An installed package's frame only on `exc`'s own way: what a built-in env wraps (a
+    # Docker engine's error in a SandboxError) would name the library's insides otherwise.
+    if found := [f for f in _frames(exc) if _installed(f[0])]:
+        return _where(found[-1])
     if not fallback:
         return ""
     frames = _frames(exc)
