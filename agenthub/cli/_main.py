@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -181,7 +182,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(parser, argv)
     handler: Handler = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a reader gone by now fails here, not in the flush at exit
+        return code
+    except BrokenPipeError:
+        # The reader (`| head`) closed the pipe: it has what it wanted, and the rest of the
+        # output has no one to go to. Python's recipe: point stdout at devnull, so the flush at
+        # exit does not raise again, and exit 1, since the command stopped before it finished
+        # (a `set -o pipefail` script sees it, as it would a C tool's SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except AgentHubError as exc:
         print(f"agenthub: error: {error_message(exc)}", file=sys.stderr)
         return 1

@@ -200,6 +200,17 @@ def test_envs_check_names_a_task_path_that_is_no_file(capsys: pytest.CaptureFixt
     assert "task file /dev/null is not a regular file" in capsys.readouterr().err
 
 
+def test_output_into_a_pipe_closed_early_ends_quietly() -> None:
+    # `agenthub envs list --json | head -c 300`: the reader is gone before the output is
+    # written, here before the command has even started, so the write meets a closed pipe.
+    command = [sys.executable, "-m", "agenthub", "envs", "list", "--json"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()
+        err = process.stderr.read().decode()
+    assert process.returncode == 1 and err == ""
+
+
 def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:
     result = agenthub("envs", "check", "no_such_env")
     assert result.returncode == 1
