@@ -7,8 +7,10 @@ arguments it passes (`make` and `check_env`)."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import json
 import math
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -204,6 +206,24 @@ def checked_tasks(tasks: Iterable[Any]) -> Iterator[Task]:
         if problem := task_problem(task):
             raise AgentHubError(problem)
         yield task
+
+
+READ_AHEAD = 10_000
+"""How many tasks of a split are read before anything runs on them: a task file is read whole
+unless it is longer, an endless generator that far."""
+
+
+def read_ahead(tasks: Iterable[Any], within_s: float, limit: int = READ_AHEAD) -> int:
+    """Read the first `limit` of an env's `tasks` (fewer where `within_s` seconds pass first),
+    each checked to be a Task, and say how many there were: a bad line further on in a task file
+    then raises its `TaskFileError` now, not once a run has reached it."""
+    deadline = time.monotonic() + within_s
+    count = 0
+    for _ in itertools.islice(checked_tasks(tasks), limit):
+        count += 1
+        if time.monotonic() > deadline:
+            break
+    return count
 
 
 def checked_system_prompt(env: Any) -> str | None:

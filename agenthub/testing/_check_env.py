@@ -15,13 +15,15 @@ import anyio
 import numpy as np
 
 from agenthub._env import Env
-from agenthub._errors import CheckEnvError, NoTaskSourceError, TaskFileError
+from agenthub._errors import AgentHubError, CheckEnvError, NoTaskSourceError, TaskFileError
 from agenthub._registry import make
 from agenthub._returns import (
+    READ_AHEAD,
     checked_stop,
     checked_system_prompt,
     checked_tools,
     method_problems,
+    read_ahead,
     reset_problems,
     step_problems,
     task_problem,
@@ -70,8 +72,13 @@ def check_env(
     cancelled `reset` or `step` leaves the env usable, that `aclose` is idempotent, that
     `env.spec` round-trips through JSON, and that no call blocks the event loop for more than
     `max_block_s` (training runs many episodes on one loop). Call it from a plain (sync) test;
-    inside a running event loop use `acheck_env`. A task file of the env's own that cannot be
-    read raises its `TaskFileError` (naming FILE:LINE): the data is wrong, not the env.
+    inside a running event loop use `acheck_env`.
+
+    It also reads on through each split the env offers (`train` and `held_out`), the first
+    10,000 tasks of each (fewer where `timeout_s` passes first: a generator may never end), as
+    evaluation and training will read them. A task file of the env's own that cannot be read, at
+    any of those lines, raises its `TaskFileError` (naming FILE:LINE): the data is wrong, not the
+    env.
     """
     try:
         asyncio.get_running_loop()
@@ -193,6 +200,8 @@ class _Checker:
             return
         self.check_spec(self.env.spec)
         picked = await self.pick_tasks(tasks)
+        if picked:
+            await self.read_splits()
         draws = _GlobalDraws()
         for task in picked:
             with draws.watch():
@@ -272,6 +281,26 @@ class _Checker:
             if Task.model_validate_json(task.model_dump_json()) != task:
                 self.fail(f"task {task.id!r} changes in a JSON round trip")
         return list(tasks)
+
+    async def read_splits(self) -> None:
+        """Read on through each split as a run would, in a thread (reading thousands of tasks
+        is no event-loop work): a bad line deep in a task file fails the check, not a run."""
+
+        def read(split: str) -> int:
+            return read_ahead(self.env.tasks(split), self.timeout_s, READ_AHEAD)
+
+        for split in ("train", "held_out"):
+            what = f"env.tasks({split!r})"
+            try:
+                await anyio.to_thread.run_sync(read, split)
+            except NoTaskSourceError:
+                continue  # a split it does not offer
+            except TaskFileError:
+                raise
+            except AgentHubError as exc:  # not a Task; the message says what it must be
+                self.fail(str(exc))
+            except Exception as exc:
+                self.fail(f"{what} raised {type(exc).__name__}: {exc}{raised_at(exc)}")
 
     async def guarded(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         try:

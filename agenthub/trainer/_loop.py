@@ -324,12 +324,19 @@ def _cancel(refs: list[Any]) -> None:
         ray.cancel(ref)
 
 
+_READ_AHEAD_S = 5.0
+"""How long the up-front check reads on through a split at most: 10,000 tasks of a file take
+well under a second; a slow generator, which may never end, is stopped there."""
+
+
 async def _check_env(cfg: TrainConfig) -> None:
-    """Build the env and draw a task of each split the run reads, here in the driver: a wrong
-    id, argument or task file then fails in a second with its own message, before Ray starts
-    or anything is written, instead of as a traceback from inside a rollout worker."""
+    """Build the env and read through each split the run reads (its first 10,000 tasks), here
+    in the driver: a wrong id, argument or a bad line in a task file then fails in a second with
+    its own message, before Ray starts or anything is written, instead of as a traceback from
+    inside a rollout worker, perhaps an hour in (held-out evaluation reading the bad line)."""
     from agenthub._errors import EnvArgumentsError
     from agenthub._registry import make
+    from agenthub._returns import read_ahead
 
     try:
         env = make(cfg.env, **cfg.env_kwargs)
@@ -341,7 +348,7 @@ async def _check_env(cfg: TrainConfig) -> None:
     try:
         for split, reader in readers.items():
             try:
-                if next(iter(env.tasks(split)), None) is None:
+                if read_ahead(env.tasks(split), within_s=_READ_AHEAD_S) == 0:
                     raise AgentHubError(f"environment {cfg.env!r} gives no {split!r} tasks")
             except (AgentHubError, ValueError, OSError) as exc:
                 hint = "" if split == "train" else "; or set eval.every=0"

@@ -1,3 +1,4 @@
+import itertools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,42 @@ def test_a_bad_line_in_the_env_s_task_file_is_the_data_s_error(tmp_path: Path) -
     with pytest.raises(TaskFileError, match=rf"^{re.escape(str(data))}:2: .*'prompt'") as raised:
         check_env(agenthub.make("math", dataset=str(data)))
     assert "raised at" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("split", "bad", "message"),
+    [
+        ("dataset", 7, r": .*'prompt' and 'label'; this one has \['label'\]"),
+        ("eval_dataset", 2, " is not valid JSON"),
+    ],
+)
+def test_a_bad_line_deep_in_either_split_s_task_file_fails_the_check(
+    tmp_path: Path, split: str, bad: int, message: str
+) -> None:
+    # Only the first two train tasks were read: eval or train met the bad line later.
+    lines = [f'{{"prompt": "{n}+1?", "label": "{n + 1}"}}' for n in range(9)]
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(lines) + "\n")
+    lines[bad - 1] = '{"label": "3"}' if "label" in message else "{not json"
+    data = tmp_path / "bad.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    files = {"dataset": str(good), "eval_dataset": str(good), split: str(data)}
+    with pytest.raises(TaskFileError, match=rf"^{re.escape(str(data))}:{bad}{message}"):
+        check_env(agenthub.make("math", **files))
+
+
+def test_endless_tasks_are_read_only_so_far() -> None:
+    class Generated(_envs.CountdownEnv):
+        drawn = 0
+
+        def tasks(self, split: str = "train") -> Iterator[Task]:
+            for i in itertools.count():
+                self.drawn += 1
+                yield Task(id=f"{split}-{i}", prompt="Count down with me.", label=2)
+
+    env = Generated()
+    check_env(env)
+    assert 2 * 10_000 <= env.drawn < 2 * 10_000 + 10
 
 
 def test_a_system_prompt_that_is_not_text_is_reported() -> None:

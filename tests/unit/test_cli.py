@@ -233,6 +233,19 @@ def test_envs_check_says_a_broken_dataset_is_the_file_s_fault_not_the_env_s(
         assert message.format(tmp=tmp_path) in result.stderr
 
 
+def test_envs_check_fails_on_a_bad_line_past_the_tasks_it_plays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [f'{{"prompt": "{n}+1?", "label": "{n + 1}"}}' for n in range(9)]
+    (tmp_path / "good.jsonl").write_text("\n".join(lines) + "\n")
+    lines[1] = "{not json"
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    files = [f"dataset={tmp_path / 'good.jsonl'}", f"eval_dataset={tmp_path / 'bad.jsonl'}"]
+    assert main(["envs", "check", "math", *files]) == 1
+    err = capsys.readouterr().err
+    assert "bad.jsonl:2 is not valid JSON" in err and "keeps the agenthub" not in err
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

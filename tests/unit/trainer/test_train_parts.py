@@ -25,7 +25,7 @@ from agenthub.trainer._config import (
     load_config,
 )
 from agenthub.trainer._learner import MODEL_CHECKPOINT
-from agenthub.trainer._loop import RunDirectory, Trainer, triage
+from agenthub.trainer._loop import RunDirectory, Trainer, _check_env, triage
 from agenthub.trainer._metrics import plot_rewards, read_metrics
 from agenthub.trainer._workers import Admission, task_stream
 
@@ -234,6 +234,24 @@ def test_a_task_that_is_no_task_is_named_before_a_worker_plays_it() -> None:
 def test_a_worker_without_tasks_is_an_error() -> None:
     with pytest.raises(ValueError, match="no 'train' tasks for rollout worker 2 of 3"):
         next(task_stream(_Tasks(2), "train", 0, 2, 3))
+
+
+@pytest.mark.parametrize(
+    ("split", "reader"), [("dataset", "training"), ("eval_dataset", "held-out evaluation")]
+)
+def test_a_bad_line_deep_in_a_task_file_stops_a_run_before_ray_starts(
+    tmp_path: Path, split: str, reader: str
+) -> None:
+    # One task of each split was read up front: held-out evaluation met line 8 mid-run.
+    lines = [f'{{"prompt": "{n}+1?", "label": "{n + 1}"}}' for n in range(9)]
+    (tmp_path / "good.jsonl").write_text("\n".join(lines) + "\n")
+    lines[7] = "{not json"
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    files = {"dataset": "good.jsonl", "eval_dataset": "good.jsonl", split: "bad.jsonl"}
+    overrides = [f"env_kwargs.{key}={tmp_path / name}" for key, name in files.items()]
+    config = load_config([], ["env=math", "eval.every=10", *overrides])
+    with pytest.raises(AgentHubError, match=rf"^{reader}.* reads .*bad\.jsonl:8 is not valid JSON"):
+        asyncio.run(_check_env(config))
 
 
 # -- triage ------------------------------------------------------------------------------
