@@ -28,13 +28,13 @@ from agenthub._spec import EnvSpec
 from agenthub._tracebacks import raised_at
 from agenthub._transcript import stepping
 from agenthub._types import Step, Task
+from agenthub._watchdog import loop_watchdog
 from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._config import RolloutConfig
 from agenthub.agents._engine import Generation, InferenceEngine
 from agenthub.agents._errors import ChatTemplateError, EngineError
 from agenthub.agents._session import Session
 from agenthub.agents._trajectory import EpisodeError, ErrorCause, Timings, Trajectory
-from agenthub.agents._watchdog import loop_watchdog
 
 __all__ = ["EpisodeRunner", "Scorer"]
 

@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
             "kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
         )
         check.add_argument("--tasks", metavar="FILE", help="JSONL task file to check with")
+        check.add_argument(
+            "--timeout",
+            type=float,
+            default=60.0,
+            metavar="S",
+            help="seconds each call of the env may take, blocking the event loop included "
+            "(default: 60)",
+        )
         check.set_defaults(handler=_lazy("agenthub.cli._envs", "check_command"))
         init = actions.add_parser("init", help="scaffold a plugin package for a new env")
         init.add_argument("name", help="environment id and package name, e.g. guess-number")

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
+import logging
+import queue
 import random
+import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -31,6 +35,9 @@ from agenthub._returns import (
 from agenthub._spec import EnvSpec
 from agenthub._tracebacks import raised_at
 from agenthub._types import Task
+from agenthub._watchdog import loop_watchdog
+
+logger = logging.getLogger("agenthub.testing")
 
 DEFAULT_ACTIONS: tuple[str, ...] = (
     "",
@@ -74,6 +81,11 @@ def check_env(
     `max_block_s` (training runs many episodes on one loop). Call it from a plain (sync) test;
     inside a running event loop use `acheck_env`.
 
+    The checker's event loop runs on a thread of its own, so that a call blocking it for longer
+    than `timeout_s` (`time.sleep`, a synchronous HTTP call without a timeout, `input()`) fails
+    the check then, naming the call and its line, instead of hanging the test: nothing can
+    interrupt such a call, so it is left blocking that (daemon) thread.
+
     It also reads on through each split the env offers (`train` and `held_out`), the first
     10,000 tasks of each (fewer where `timeout_s` passes first: a generator may never end), as
     evaluation and training will read them. A task file of the env's own that cannot be read, at
@@ -89,17 +101,35 @@ def check_env(
             "check_env runs its own event loop, and this thread is already running one (a "
             "notebook, an async test): there, use `await agenthub.testing.acheck_env(env, ...)`"
         )
-    anyio.run(
-        lambda: acheck_env(
-            env,
-            tasks=tasks,
-            actions=actions,
-            seed=seed,
-            max_steps=max_steps,
-            timeout_s=timeout_s,
-            max_block_s=max_block_s,
-        )
+    verdict: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
+
+    async def play() -> None:
+        loop = asyncio.get_running_loop()
+        with anyio.CancelScope() as scope:
+
+            def give_up(error: CheckEnvError) -> None:  # on the watchdog's thread
+                verdict.put(error)
+                loop.call_soon_threadsafe(scope.cancel)  # for when the call returns, if ever
+
+            await _acheck(
+                env, tasks, actions, seed, max_steps, timeout_s, max_block_s, stalled=give_up
+            )
+
+    def run() -> None:
+        try:
+            anyio.run(play)
+        except BaseException as exc:  # raised on the caller's thread
+            verdict.put(exc)
+        else:
+            verdict.put(None)
+
+    checker = threading.Thread(
+        target=contextvars.copy_context().run, args=(run,), name="agenthub-check-env", daemon=True
     )
+    checker.start()
+    error = verdict.get()
+    if error is not None:
+        raise error
 
 
 @dataclass(frozen=True)
@@ -120,14 +150,46 @@ async def acheck_env(
     timeout_s: float = 60.0,
     max_block_s: float = 0.25,
 ) -> None:
-    """The async twin of `check_env`."""
+    """The async twin of `check_env`. It runs on the caller's event loop, so a call blocking
+    that loop cannot be given up on: past `timeout_s`, a warning on the `agenthub.testing`
+    logger (on stderr, where logging is not set up) names the call and its line, and the check
+    fails once the call returns."""
+
+    def warn(error: CheckEnvError) -> None:
+        logger.warning("%s", error)
+
+    await _acheck(env, tasks, actions, seed, max_steps, timeout_s, max_block_s, stalled=warn)
+
+
+class LoopBlockedError(CheckEnvError):
+    """A call of the env blocked `check_env`'s event loop past its `timeout_s`; the check gave
+    up on it, and the call still holds the checker's thread."""
+
+
+async def _acheck(
+    env: EnvLike,
+    tasks: Iterable[Task] | None,
+    actions: Sequence[str],
+    seed: int,
+    max_steps: int,
+    timeout_s: float,
+    max_block_s: float,
+    *,
+    stalled: Callable[[CheckEnvError], None],
+) -> None:
     instance = make(env) if isinstance(env, str) else env if isinstance(env, Env) else env()
     checker = _Checker(instance, list(actions), max_steps, timeout_s, max_block_s)
+
+    def blocked(quiet_s: float, where: str) -> None:
+        stalled(LoopBlockedError(str(instance), [checker.blocking(quiet_s, where)]))
+
     try:
-        await checker.run(seed, tasks)
+        async with loop_watchdog(after_s=timeout_s, stalled=blocked):
+            await checker.run(seed, tasks)
     finally:
         if not checker.closed and isinstance(instance, Env):
-            await checker.check_aclose()
+            with anyio.CancelScope(shield=True):  # given up on or cancelled: still close it
+                await checker.check_aclose()
     if checker.problems:
         raise CheckEnvError(str(instance), checker.problems)
 
@@ -187,9 +249,19 @@ class _Checker:
         self.problems: list[str] = []
         self.closed = False
         self.blocked = False
+        self.current = "a call of the env"
 
     def fail(self, problem: str) -> None:
         self.problems.append(problem)
+
+    def blocking(self, quiet_s: float, where: str) -> str:
+        """What to say of the call in progress, which has kept the event loop from running for
+        `quiet_s` seconds, blocked at `where`."""
+        return (
+            f"{self.current} has blocked the event loop for {quiet_s:.1f} s (longer than "
+            f"timeout_s={self.timeout_s:g}), at {where}; nothing can interrupt it, so the check "
+            f"gives up. Make the call awaitable: {_AWAIT_BLOCKING_WORK}"
+        )
 
     async def run(self, seed: int, tasks: Iterable[Task] | None) -> None:
         if not isinstance(self.env, Env):
@@ -317,6 +389,7 @@ class _Checker:
     async def watch(self, what: str, hint: str) -> AsyncIterator[None]:
         """Report the first call that blocks the event loop too long: `fail_after` cannot
         interrupt it, but a ticker kept waiting meanwhile shows it."""
+        self.current = what
         ticker = _Ticker()
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
@@ -396,6 +469,7 @@ class _Checker:
         return True
 
     async def check_cancellation(self, task: Task, seed: int) -> None:
+        self.current = f"a cancelled reset(task {task.id!r})"
         with anyio.move_on_after(0):
             await self.env.reset(task, seed=seed)
         if await self.episode(task, seed) is None:
@@ -403,6 +477,7 @@ class _Checker:
             return
         ok, _ = await self.guarded("reset", lambda: self.env.reset(task, seed=seed))
         if ok:
+            self.current = f"a cancelled step with action {self.actions[0][:40]!r}"
             with anyio.CancelScope() as scope:
                 scope.cancel()
                 await self.env.step(self.actions[0])

@@ -135,16 +135,17 @@ class SyncStepEnv(CountdownEnv):
 
 
 class BlockingEnv(CountdownEnv):
-    """Blocks the event loop for half a second, once, in the method named `where`."""
+    """Blocks the event loop for `block_s` seconds, once, in the method named `where`."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, block_s: float = 0.5) -> None:
         super().__init__()
         self.where = where
+        self.block_s = block_s
 
     def block_once(self, where: str) -> None:
         if where == self.where:
             self.where = ""
-            time.sleep(0.5)
+            time.sleep(self.block_s)
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
         self.block_once("tasks")

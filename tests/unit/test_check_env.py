@@ -1,5 +1,7 @@
 import itertools
+import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -8,7 +10,7 @@ import pytest
 
 import agenthub
 from agenthub import CheckEnvError, Env, Message, Step, Task, TaskFileError
-from agenthub.testing import check_env
+from agenthub.testing import acheck_env, check_env
 from agenthub.wrappers import TurnLimit
 
 from . import _envs
@@ -161,6 +163,32 @@ def test_a_call_that_blocks_the_event_loop_is_reported(where: str, call: str, fi
     # fail_after cannot interrupt time.sleep; only a loop kept waiting shows it.
     with pytest.raises(CheckEnvError, match=f"{call} blocked the event loop for [0-9.]+ s.*{fix}"):
         check_env(_envs.BlockingEnv(where))
+
+
+def test_a_call_blocking_the_loop_past_the_timeout_fails_the_check_then() -> None:
+    # The check waited for the call to return, and a call that never did hung the test.
+    start = time.monotonic()
+    with pytest.raises(CheckEnvError) as raised:
+        check_env(_envs.BlockingEnv("step", block_s=3.0), timeout_s=0.5)
+    assert time.monotonic() - start < 2.0
+    assert re.search(
+        r"step #1 of task 'train-0' with action '' has blocked the event loop for [0-9.]+ s "
+        r"\(longer than timeout_s=0.5\), at .*_envs\.py:\d+ in block_once "
+        r"\(time\.sleep\(self\.block_s\)\).*anyio\.to_thread\.run_sync",
+        str(raised.value),
+    ), raised.value
+
+
+@pytest.mark.anyio
+async def test_acheck_env_warns_of_a_call_blocking_its_caller_s_loop_past_the_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The caller's own loop is blocked, so the check cannot give up; it says so meanwhile.
+    blocked = pytest.raises(CheckEnvError, match="step #1 .* blocked the event loop for")
+    with caplog.at_level(logging.WARNING, logger="agenthub.testing"), blocked:
+        await acheck_env(_envs.BlockingEnv("step", block_s=1.0), timeout_s=0.5)
+    assert "step #1 of task 'train-0' with action '' has blocked the event loop" in caplog.text
+    assert "in block_once (time.sleep(self.block_s))" in caplog.text
 
 
 def test_the_blocking_limit_can_be_raised() -> None:

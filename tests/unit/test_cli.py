@@ -4,6 +4,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -209,6 +210,17 @@ def test_output_into_a_pipe_closed_early_ends_quietly() -> None:
         process.stdout.close()
         err = process.stderr.read().decode()
     assert process.returncode == 1 and err == ""
+
+
+def test_envs_check_of_an_env_blocking_the_loop_for_good_fails_past_the_timeout() -> None:
+    # It printed nothing and hung: only the loop can end a call's timeout, and it never ran.
+    env = ["tests.unit._envs:BlockingEnv", "where=step", "block_s=1000000"]
+    start = time.monotonic()
+    result = agenthub("envs", "check", *env, "--timeout", "0.5")
+    assert result.returncode == 1 and time.monotonic() - start < 30
+    message = " ".join(result.stderr.split())
+    assert "step #1 of task 'train-0' with action '' has blocked the event loop" in message
+    assert "_envs.py:" in message and "anyio.to_thread.run_sync" in message, message
 
 
 def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:

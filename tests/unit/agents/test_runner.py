@@ -175,7 +175,8 @@ async def test_a_message_the_chat_template_cannot_render_fails_only_its_episode(
 async def test_an_env_that_blocks_the_loop_is_named_in_a_warning(
     chat: ChatTokenizer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from agenthub.agents import _runner, _watchdog
+    from agenthub import _watchdog
+    from agenthub.agents import _runner
 
     monkeypatch.setattr(_runner, "loop_watchdog", partial(_watchdog.loop_watchdog, after_s=0.5))
     with caplog.at_level(logging.WARNING, logger="agenthub.agents"):

@@ -12,18 +12,32 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-logger = logging.getLogger("agenthub.agents")
+logger = logging.getLogger("agenthub.agents")  # the episodes are what a blocked loop stalls
 
 BEAT_S = 0.25
 
 
+def _log_stall(quiet_s: float, where: str) -> None:
+    logger.warning(
+        "the event loop has not run for %.0f s: %s blocks it, and every episode waits (no "
+        "timeout can fire meanwhile). Environments must not block: run blocking work with "
+        "`await anyio.to_thread.run_sync(...)` or use an async client.",
+        quiet_s,
+        where,
+    )
+
+
 @asynccontextmanager
-async def loop_watchdog(after_s: float = 10.0) -> AsyncIterator[None]:
-    """While inside, log a warning each time the loop goes `after_s` without running, with
-    the line it is stuck on; once more when it runs again, with how long it was held."""
+async def loop_watchdog(
+    after_s: float = 10.0, stalled: Callable[[float, str], None] = _log_stall
+) -> AsyncIterator[None]:
+    """While inside, call `stalled` each time the loop goes `after_s` without running, with how
+    long it has been and the line it is stuck on (`file:line in f (code)`), on the watchdog's
+    own thread; by default it logs a warning. A warning follows when the loop runs again, with
+    how long it was held."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio, under anyio): no watchdog
@@ -45,14 +59,7 @@ async def loop_watchdog(after_s: float = 10.0) -> AsyncIterator[None]:
             quiet = time.monotonic() - last
             if stalled_since is None and quiet > after_s:
                 stalled_since = last
-                logger.warning(
-                    "the event loop has not run for %.0f s: %s blocks it, and every episode "
-                    "waits (no timeout can fire meanwhile). Environments must not block: run "
-                    "blocking work with `await anyio.to_thread.run_sync(...)` or use an async "
-                    "client.",
-                    quiet,
-                    _where(loop_thread),
-                )
+                stalled(quiet, _where(loop_thread))
             elif stalled_since is not None and quiet < after_s:
                 logger.warning("the event loop runs again after %.0f s", last - stalled_since)
                 stalled_since = None
