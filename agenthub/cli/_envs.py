@@ -220,7 +220,7 @@ def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
 def check_command(args: argparse.Namespace) -> int:
     from agenthub.envs._tasks import read_task_file
     from agenthub.testing import check_env
-    from agenthub.testing._check_env import LoopBlockedError
+    from agenthub.testing._check_env import on_blocked_loop
 
     kwargs = parse_kwargs(args.kwargs)
     find_local_envs(args.env_id)
@@ -240,17 +240,21 @@ def check_command(args: argparse.Namespace) -> int:
         anyio.run(env.aclose)
         raise
     console = Console(stderr=True)
+
+    def give_up(error: CheckEnvError) -> None:
+        # On the watchdog's thread, while the env's call still blocks the loop: nothing can
+        # end that call, and a normal exit could wait on it, or die at shutdown on a lock it
+        # holds (stdin's, in `input()`). Said and flushed, the process ends here.
+        console.print(f"[red]FAIL[/red] {error}", highlight=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
     try:
-        check_env(env, tasks=tasks, timeout_s=args.timeout)
+        with on_blocked_loop(give_up):
+            check_env(env, tasks=tasks, timeout_s=args.timeout)
     except CheckEnvError as exc:
         console.print(f"[red]FAIL[/red] {exc}", highlight=False)
-        if isinstance(exc, LoopBlockedError):
-            # The env's call still blocks the checker's thread, and nothing can end it: a
-            # normal exit could wait on it, or die at shutdown on a lock it holds (stdin's,
-            # in `input()`). Said and flushed, the process ends here.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(1)
         return 1
     console.print(f"[green]OK[/green] {args.env_id} keeps the agenthub Env contract")
     return 0

@@ -7,9 +7,7 @@ import contextvars
 import itertools
 import json
 import logging
-import queue
 import random
-import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -81,10 +79,10 @@ def check_env(
     `max_block_s` (training runs many episodes on one loop). Call it from a plain (sync) test;
     inside a running event loop use `acheck_env`.
 
-    The checker's event loop runs on a thread of its own, so that a call blocking it for longer
-    than `timeout_s` (`time.sleep`, a synchronous HTTP call without a timeout, `input()`) fails
-    the check then, naming the call and its line, instead of hanging the test: nothing can
-    interrupt such a call, so it is left blocking that (daemon) thread.
+    A call that blocks the event loop for longer than `timeout_s` (`time.sleep`, a synchronous
+    HTTP call without a timeout, `input()`) cannot be interrupted: meanwhile a warning on the
+    `agenthub.testing` logger (on stderr where logging is not set up) names the call and its
+    line, and the check fails once the call returns.
 
     It also reads on through each split the env offers (`train` and `held_out`), the first
     10,000 tasks of each (fewer where `timeout_s` passes first: a generator may never end), as
@@ -101,35 +99,34 @@ def check_env(
             "check_env runs its own event loop, and this thread is already running one (a "
             "notebook, an async test): there, use `await agenthub.testing.acheck_env(env, ...)`"
         )
-    verdict: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
-
-    async def play() -> None:
-        loop = asyncio.get_running_loop()
-        with anyio.CancelScope() as scope:
-
-            def give_up(error: CheckEnvError) -> None:  # on the watchdog's thread
-                verdict.put(error)
-                loop.call_soon_threadsafe(scope.cancel)  # for when the call returns, if ever
-
-            await _acheck(
-                env, tasks, actions, seed, max_steps, timeout_s, max_block_s, stalled=give_up
-            )
-
-    def run() -> None:
-        try:
-            anyio.run(play)
-        except BaseException as exc:  # raised on the caller's thread
-            verdict.put(exc)
-        else:
-            verdict.put(None)
-
-    checker = threading.Thread(
-        target=contextvars.copy_context().run, args=(run,), name="agenthub-check-env", daemon=True
+    anyio.run(
+        lambda: acheck_env(
+            env,
+            tasks=tasks,
+            actions=actions,
+            seed=seed,
+            max_steps=max_steps,
+            timeout_s=timeout_s,
+            max_block_s=max_block_s,
+        )
     )
-    checker.start()
-    error = verdict.get()
-    if error is not None:
-        raise error
+
+
+_ON_BLOCKED: contextvars.ContextVar[Callable[[CheckEnvError], None] | None] = (
+    contextvars.ContextVar("agenthub_check_env_on_blocked", default=None)
+)
+
+
+@contextmanager
+def on_blocked_loop(handler: Callable[[CheckEnvError], None]) -> Iterator[None]:
+    """Within it, a check whose event loop an env's call blocks past `timeout_s` calls
+    `handler(error)` (on a watchdog thread, while the call still blocks) instead of warning:
+    `agenthub envs check` says so and ends the process, which nothing else could."""
+    token = _ON_BLOCKED.set(handler)
+    try:
+        yield
+    finally:
+        _ON_BLOCKED.reset(token)
 
 
 @dataclass(frozen=True)
@@ -150,20 +147,18 @@ async def acheck_env(
     timeout_s: float = 60.0,
     max_block_s: float = 0.25,
 ) -> None:
-    """The async twin of `check_env`. It runs on the caller's event loop, so a call blocking
-    that loop cannot be given up on: past `timeout_s`, a warning on the `agenthub.testing`
-    logger (on stderr, where logging is not set up) names the call and its line, and the check
-    fails once the call returns."""
+    """The async twin of `check_env`."""
 
     def warn(error: CheckEnvError) -> None:
         logger.warning("%s", error)
 
-    await _acheck(env, tasks, actions, seed, max_steps, timeout_s, max_block_s, stalled=warn)
+    stalled = _ON_BLOCKED.get() or warn
+    await _acheck(env, tasks, actions, seed, max_steps, timeout_s, max_block_s, stalled=stalled)
 
 
 class LoopBlockedError(CheckEnvError):
-    """A call of the env blocked `check_env`'s event loop past its `timeout_s`; the check gave
-    up on it, and the call still holds the checker's thread."""
+    """A call of the env has blocked the check's event loop past its `timeout_s`, and still
+    blocks it."""
 
 
 async def _acheck(
@@ -259,8 +254,8 @@ class _Checker:
         `quiet_s` seconds, blocked at `where`."""
         return (
             f"{self.current} has blocked the event loop for {quiet_s:.1f} s (longer than "
-            f"timeout_s={self.timeout_s:g}), at {where}; nothing can interrupt it, so the check "
-            f"gives up. Make the call awaitable: {_AWAIT_BLOCKING_WORK}"
+            f"timeout_s={self.timeout_s:g}), at {where}, and nothing can interrupt it. Make the "
+            f"call awaitable: {_AWAIT_BLOCKING_WORK}"
         )
 
     async def run(self, seed: int, tasks: Iterable[Task] | None) -> None:
