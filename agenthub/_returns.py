@@ -211,6 +211,9 @@ def checked_tasks(tasks: Iterable[Any]) -> Iterator[Task]:
 READ_AHEAD = 10_000
 """How many tasks of a split are read before anything runs on them: a task file is read whole
 unless it is longer, an endless generator that far."""
+READ_AHEAD_S = 5.0
+"""How long that reading may take: a slow task source (a generator drawing each task, a remote
+dataset) is read only as far as it gets in this time."""
 
 
 def read_ahead(tasks: Iterable[Any], within_s: float, limit: int = READ_AHEAD) -> int:

@@ -44,25 +44,33 @@ async def loop_watchdog(
         yield
         return
     loop_thread = threading.get_ident()
-    last = time.monotonic()
+    # Beats finer than `after_s`, so that a loop which only waits is never taken for a held one.
+    beat_s = min(BEAT_S, after_s / 4)
+    answered = time.monotonic()
     done = threading.Event()
 
     def ran() -> None:  # on the loop, whenever it gets to run
-        nonlocal last
-        last = time.monotonic()
+        nonlocal answered
+        answered = time.monotonic()
+
+    def ping() -> float:
+        sent = time.monotonic()
+        with contextlib.suppress(RuntimeError):  # the loop closed
+            loop.call_soon_threadsafe(ran)
+        return sent
 
     def watch() -> None:
-        stalled_since: float | None = None
-        while not done.wait(BEAT_S):
-            with contextlib.suppress(RuntimeError):  # the loop closed
-                loop.call_soon_threadsafe(ran)
-            quiet = time.monotonic() - last
-            if stalled_since is None and quiet > after_s:
-                stalled_since = last
+        # The loop is held from the moment a ping goes unanswered: measured from the ping, not
+        # from the last answer, which an idle loop gives up to a beat before the next ping.
+        sent, reported = ping(), False
+        while not done.wait(beat_s):
+            if answered >= sent:
+                if reported:
+                    logger.warning("the event loop runs again after %.0f s", answered - sent)
+                sent, reported = ping(), False
+            elif not reported and (quiet := time.monotonic() - sent) > after_s:
+                reported = True
                 stalled(quiet, _where(loop_thread))
-            elif stalled_since is not None and quiet < after_s:
-                logger.warning("the event loop runs again after %.0f s", last - stalled_since)
-                stalled_since = None
 
     watcher = threading.Thread(target=watch, name="agenthub-loop-watchdog", daemon=True)
     watcher.start()

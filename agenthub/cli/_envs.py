@@ -222,6 +222,8 @@ def check_command(args: argparse.Namespace) -> int:
     from agenthub.testing import check_env
     from agenthub.testing._check_env import on_blocked_loop
 
+    if not args.timeout > 0:
+        raise AgentHubError(f"--timeout {args.timeout:g}: must be above 0")
     kwargs = parse_kwargs(args.kwargs)
     find_local_envs(args.env_id)
     env = make(args.env_id, **kwargs)

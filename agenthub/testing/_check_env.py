@@ -21,6 +21,7 @@ from agenthub._errors import AgentHubError, CheckEnvError, NoTaskSourceError, Ta
 from agenthub._registry import make
 from agenthub._returns import (
     READ_AHEAD,
+    READ_AHEAD_S,
     checked_stop,
     checked_system_prompt,
     checked_tools,
@@ -51,6 +52,7 @@ _AWAIT_BLOCKING_WORK = (
     "process), and talk to servers through an async client"
 )
 _READ_LAZILY = "yield tasks as they are read rather than loading the whole source first"
+_READ_WITHOUT_HANGING = f"give its reads a timeout, and {_READ_LAZILY}"
 
 EnvLike = Env[Any] | Callable[[], Env[Any]] | str
 
@@ -185,6 +187,7 @@ async def _acheck(
         if not checker.closed and isinstance(instance, Env):
             with anyio.CancelScope(shield=True):  # given up on or cancelled: still close it
                 await checker.check_aclose()
+    checker.report_longest_block()
     if checker.problems:
         raise CheckEnvError(str(instance), checker.problems)
 
@@ -243,19 +246,28 @@ class _Checker:
         self.max_block_s = max_block_s
         self.problems: list[str] = []
         self.closed = False
-        self.blocked = False
+        self.longest_block: tuple[float, str, str] | None = None  # seconds, what, hint
         self.current = "a call of the env"
+        self.hint = _AWAIT_BLOCKING_WORK
 
     def fail(self, problem: str) -> None:
         self.problems.append(problem)
+
+    def report_longest_block(self) -> None:
+        if self.longest_block is not None:
+            seconds, what, hint = self.longest_block
+            self.fail(
+                f"{what} blocked the event loop for {seconds:.2f} s (the limit is "
+                f"{self.max_block_s:g} s), stalling every other episode on it; {hint}"
+            )
 
     def blocking(self, quiet_s: float, where: str) -> str:
         """What to say of the call in progress, which has kept the event loop from running for
         `quiet_s` seconds, blocked at `where`."""
         return (
             f"{self.current} has blocked the event loop for {quiet_s:.1f} s (longer than "
-            f"timeout_s={self.timeout_s:g}), at {where}, and nothing can interrupt it. Make the "
-            f"call awaitable: {_AWAIT_BLOCKING_WORK}"
+            f"timeout_s={self.timeout_s:g}), at {where}, and nothing can interrupt it; "
+            f"{self.hint}"
         )
 
     async def run(self, seed: int, tasks: Iterable[Task] | None) -> None:
@@ -267,8 +279,8 @@ class _Checker:
             return
         self.check_spec(self.env.spec)
         picked = await self.pick_tasks(tasks)
-        if picked:
-            await self.read_splits()
+        if picked and tasks is None:  # tasks given are what the caller checks the env on
+            self.read_splits()
         draws = _GlobalDraws()
         for task in picked:
             with draws.watch():
@@ -349,17 +361,15 @@ class _Checker:
                 self.fail(f"task {task.id!r} changes in a JSON round trip")
         return list(tasks)
 
-    async def read_splits(self) -> None:
-        """Read on through each split as a run would, in a thread (reading thousands of tasks
-        is no event-loop work): a bad line deep in a task file fails the check, not a run."""
-
-        def read(split: str) -> int:
-            return read_ahead(self.env.tasks(split), self.timeout_s, READ_AHEAD)
-
+    def read_splits(self) -> None:
+        """Read on through each split as a run would: a bad line deep in a task file fails the
+        check, not a run. On the loop, where the watchdog sees a read that never returns."""
+        within_s = min(READ_AHEAD_S, self.timeout_s / 2)  # a slow source stops short of that
         for split in ("train", "held_out"):
             what = f"env.tasks({split!r})"
+            self.current, self.hint = what, _READ_WITHOUT_HANGING
             try:
-                await anyio.to_thread.run_sync(read, split)
+                read_ahead(self.env.tasks(split), within_s, READ_AHEAD)
             except NoTaskSourceError:
                 continue  # a split it does not offer
             except TaskFileError:
@@ -367,7 +377,10 @@ class _Checker:
             except AgentHubError as exc:  # not a Task; the message says what it must be
                 self.fail(str(exc))
             except Exception as exc:
-                self.fail(f"{what} raised {type(exc).__name__}: {exc}{raised_at(exc)}")
+                self.fail(
+                    f"{what} raised {type(exc).__name__}: {exc}{raised_at(exc)} (an env "
+                    f"without a {split!r} split raises agenthub.NoTaskSourceError for it)"
+                )
 
     async def guarded(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         try:
@@ -384,7 +397,7 @@ class _Checker:
     async def watch(self, what: str, hint: str) -> AsyncIterator[None]:
         """Report the first call that blocks the event loop too long: `fail_after` cannot
         interrupt it, but a ticker kept waiting meanwhile shows it."""
-        self.current = what
+        self.current, self.hint = what, hint
         ticker = _Ticker()
         error: Exception | None = None
         async with anyio.create_task_group() as tg:
@@ -396,12 +409,9 @@ class _Checker:
             finally:
                 ticker.tick()
                 tg.cancel_scope.cancel()
-                if ticker.longest > self.max_block_s and not self.blocked:
-                    self.blocked = True
-                    self.fail(
-                        f"{what} blocked the event loop for {ticker.longest:.2f} s (the limit "
-                        f"is {self.max_block_s:g} s), stalling every other episode on it; {hint}"
-                    )
+                worst = self.longest_block[0] if self.longest_block else self.max_block_s
+                if ticker.longest > worst:
+                    self.longest_block = (ticker.longest, what, hint)
         if error is not None:
             raise error
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Iterator
@@ -165,6 +166,14 @@ class BlockingEnv(CountdownEnv):
     async def aclose(self) -> None:
         self.block_once("aclose")
         await super().aclose()
+
+
+class StallingTasksEnv(CountdownEnv):
+    """Its task source yields two tasks, then blocks for good (a read without a timeout)."""
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        yield from itertools.islice(super().tasks(split), 2)
+        time.sleep(1e6)
 
 
 def factory_returning(value: object) -> Any:

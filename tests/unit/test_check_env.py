@@ -1,6 +1,7 @@
 import itertools
 import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,45 @@ async def test_acheck_env_warns_of_a_call_blocking_its_caller_s_loop_past_the_ti
         await acheck_env(_envs.BlockingEnv("step", block_s=1.0), timeout_s=0.5)
     assert "step #1 of task 'train-0' with action '' has blocked the event loop" in caplog.text
     assert "in block_once (time.sleep(self.block_s))" in caplog.text
+
+
+def test_an_env_that_only_awaits_is_not_taken_for_one_blocking_under_a_short_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The watchdog measured from the loop's last answer, up to a beat (0.25 s) before it asked
+    # again, so any timeout_s under that reported a block where an env merely awaited.
+    with caplog.at_level(logging.WARNING):
+        check_env(_envs.CountdownEnv(delay_s=0.1), timeout_s=0.2)
+    assert "blocked the event loop" not in caplog.text
+
+
+class _BlocksTwiceEnv(_envs.CountdownEnv):
+    """Blocks the loop briefly in its first reset, then far longer in its first step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = {"reset": 0.3, "step": 0.9}
+
+    def block(self, where: str) -> None:
+        time.sleep(self.blocks.pop(where, 0.0))
+
+    async def reset(
+        self, task: Task, *, seed: int | None = None
+    ) -> tuple[list[Message], dict[str, Any]]:
+        self.block("reset")
+        return await super().reset(task, seed=seed)
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        self.block("step")
+        return await super().step(action)
+
+
+def test_the_longest_block_of_the_loop_is_the_one_reported() -> None:
+    # Only the first block was: a 0.3 s reset hid the 0.9 s step after it.
+    with pytest.raises(CheckEnvError) as raised:
+        check_env(_BlocksTwiceEnv())
+    blocks = [p for p in raised.value.problems if "blocked the event loop" in p]
+    assert len(blocks) == 1 and re.match(r"step #1 .* for 0\.9\d s", blocks[0]), blocks
 
 
 def test_the_blocking_limit_can_be_raised() -> None:

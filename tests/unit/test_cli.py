@@ -223,6 +223,22 @@ def test_envs_check_of_an_env_blocking_the_loop_for_good_fails_past_the_timeout(
     assert "_envs.py:" in message and "anyio.to_thread.run_sync" in message, message
 
 
+def test_envs_check_of_a_task_source_that_blocks_for_good_fails_past_the_timeout() -> None:
+    # Splits were read ahead in a thread, where no watchdog looked and nothing could end it.
+    start = time.monotonic()
+    result = agenthub("envs", "check", "tests.unit._envs:StallingTasksEnv", "--timeout", "0.5")
+    assert result.returncode == 1 and time.monotonic() - start < 30
+    message = " ".join(result.stderr.split())
+    assert "env.tasks('train') has blocked the event loop" in message, message
+    assert "give its reads a timeout" in message, message
+
+
+def test_envs_check_refuses_a_timeout_that_is_not_above_zero() -> None:
+    result = agenthub("envs", "check", "math", "--timeout", "0")
+    assert result.returncode == 1
+    assert result.stderr.startswith("agenthub: error: --timeout 0: must be above 0")
+
+
 def test_unknown_env_is_a_clear_error_not_a_traceback() -> None:
     result = agenthub("envs", "check", "no_such_env")
     assert result.returncode == 1
