@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -324,38 +325,37 @@ def _cancel(refs: list[Any]) -> None:
         ray.cancel(ref)
 
 
-_READ_AHEAD_S = 5.0
-"""How long the up-front check reads on through a split at most: 10,000 tasks of a file take
-well under a second; a slow generator, which may never end, is stopped there."""
-
-
 async def _check_env(cfg: TrainConfig) -> None:
-    """Build the env and read through each split the run reads (its first 10,000 tasks), here
-    in the driver: a wrong id, argument or a bad line in a task file then fails in a second with
-    its own message, before Ray starts or anything is written, instead of as a traceback from
-    inside a rollout worker, perhaps an hour in (held-out evaluation reading the bad line)."""
+    """Build the env and read through each split as far as the run reads it (the first 10,000
+    training tasks, the `eval.tasks` held-out ones), here in the driver: a wrong id, argument or
+    a bad line in a task file then fails in a second with its own message, before Ray starts or
+    anything is written, instead of as a traceback from inside a rollout worker, perhaps an hour
+    in (held-out evaluation reading the bad line). What the env prints meanwhile goes to
+    stderr, as it does from the run's other processes: stdout is the summary's."""
     from agenthub._errors import EnvArgumentsError
     from agenthub._registry import make
-    from agenthub._returns import read_ahead
+    from agenthub._returns import READ_AHEAD, READ_AHEAD_S, read_ahead
 
-    try:
-        env = make(cfg.env, **cfg.env_kwargs)
-    except EnvArgumentsError as exc:
-        raise AgentHubError(f"{exc}; the run gives them as env_kwargs.NAME=VALUE") from exc
-    readers = {"train": "training"}
+    readers = {"train": ("training", READ_AHEAD)}
     if cfg.eval.every:
-        readers.setdefault(cfg.eval.split, f"held-out evaluation (eval.every={cfg.eval.every})")
-    try:
-        for split, reader in readers.items():
-            try:
-                if read_ahead(env.tasks(split), within_s=_READ_AHEAD_S) == 0:
-                    raise AgentHubError(f"environment {cfg.env!r} gives no {split!r} tasks")
-            except (AgentHubError, ValueError, OSError) as exc:
-                hint = "" if split == "train" else "; or set eval.every=0"
-                message = f"{reader} reads split {split!r}: {str(exc).rstrip('.')}{hint}"
-                raise AgentHubError(message) from exc
-    finally:
-        await env.aclose()
+        reader = f"held-out evaluation (eval.every={cfg.eval.every})"
+        readers.setdefault(cfg.eval.split, (reader, cfg.eval.tasks))
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            env = make(cfg.env, **cfg.env_kwargs)
+        except EnvArgumentsError as exc:
+            raise AgentHubError(f"{exc}; the run gives them as env_kwargs.NAME=VALUE") from exc
+        try:
+            for split, (reader, limit) in readers.items():
+                try:
+                    if read_ahead(env.tasks(split), READ_AHEAD_S, limit) == 0:
+                        raise AgentHubError(f"environment {cfg.env!r} gives no {split!r} tasks")
+                except (AgentHubError, ValueError, OSError) as exc:
+                    hint = "" if split == "train" else "; or set eval.every=0"
+                    message = f"{reader} reads split {split!r}: {str(exc).rstrip('.')}{hint}"
+                    raise AgentHubError(message) from exc
+        finally:
+            await env.aclose()
 
 
 def _min_version(group: list[Trajectory]) -> int:
@@ -852,6 +852,7 @@ class Trainer:
 
     _last_eval: float | None = None
     _first_eval: float | None = None
+    _evaluations = 0
     _bf16 = False  # whether the learner trains in bf16, as it resolved learner.bf16
 
     async def _generated_tokens(self) -> int:
@@ -995,10 +996,13 @@ class Trainer:
         result = await self._workers[0].evaluate.remote(
             cfg.tasks, cfg.split, cfg.temperature, cfg.samples_per_task
         )
-        if result["errors"] < result["episodes"]:  # else it has no reward (NaN)
-            self._last_eval = result["reward"]
-            if self._first_eval is None:
-                self._first_eval = result["reward"]
+        # With every episode failed there is no reward (NaN): the summary says none, rather
+        # than an earlier evaluation's reward as the last or a later one's as the first.
+        reward = result["reward"] if result["errors"] < result["episodes"] else None
+        if not self._evaluations:
+            self._first_eval = reward
+        self._last_eval = reward
+        self._evaluations += 1
         self._metrics.log(
             {
                 "step": step,

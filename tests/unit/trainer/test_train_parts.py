@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the trainer needs the train extra")
 
-from agenthub import AgentHubError, Env, Step, Task
+from agenthub import AgentHubError, Env, Step, Task, register
 from agenthub.agents import Timings, Trajectory
 from agenthub.agents._trajectory import EpisodeError
 from agenthub.trainer._config import (
@@ -252,6 +252,94 @@ def test_a_bad_line_deep_in_a_task_file_stops_a_run_before_ray_starts(
     config = load_config([], ["env=math", "eval.every=10", *overrides])
     with pytest.raises(AgentHubError, match=rf"^{reader}.* reads .*bad\.jsonl:8 is not valid JSON"):
         asyncio.run(_check_env(config))
+
+
+def test_held_out_tasks_are_read_up_front_only_as_far_as_evaluation_reads(
+    tmp_path: Path,
+) -> None:
+    # The first 10,000 held-out tasks were read: a bad line that evaluation (eval.tasks of
+    # them) never reaches stopped the run before it started.
+    lines = [f'{{"prompt": "{n}+1?", "label": "{n + 1}"}}' for n in range(9)]
+    (tmp_path / "good.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "bad.jsonl").write_text("\n".join([*lines[:7], "{not json"]) + "\n")
+    files = [f"env_kwargs.dataset={tmp_path / 'good.jsonl'}"]
+    files.append(f"env_kwargs.eval_dataset={tmp_path / 'bad.jsonl'}")
+    asyncio.run(_check_env(load_config([], ["env=math", "eval.tasks=7", *files])))
+    with pytest.raises(AgentHubError, match=r"bad\.jsonl:8 is not valid JSON"):
+        asyncio.run(_check_env(load_config([], ["env=math", "eval.tasks=8", *files])))
+
+
+def test_what_an_env_prints_while_checked_up_front_goes_to_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # stdout is the run's JSON summary: a "loading dataset..." line printed before it broke
+    # every script reading that summary.
+    register("test-printing-env", f"{__name__}:_PrintingEnv", override=True)
+    asyncio.run(_check_env(load_config([], ["env=test-printing-env"])))
+    said = capsys.readouterr()
+    assert said.out == "" and "loading tasks" in said.err
+
+
+class _PrintingEnv(Env[str]):
+    def __init__(self) -> None:
+        print("loading tasks")
+
+    def tasks(self, split: str = "train") -> list[Task]:
+        return [Task(id=f"{split}-0", prompt="Say hi.")]
+
+    async def reset(self, task: Task, *, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return "", {}
+
+    async def step(self, action: str) -> Step[str]:
+        return Step("", 1.0, terminated=True)
+
+
+class _EvaluatingWorker:
+    """A rollout worker's `evaluate`, answering with the rewards given, NaN as all failed."""
+
+    def __init__(self, rewards: list[float]) -> None:
+        self.rewards = rewards
+        self.evaluate = self
+
+    async def remote(self, *args: Any) -> dict[str, Any]:
+        reward = self.rewards.pop(0)
+        failed = reward != reward
+        return {
+            "reward": reward,
+            "score": reward,
+            "episodes": 4,
+            "errors": 4 if failed else 0,
+            "error_causes": {"env_error": 4} if failed else {},
+            "last_error": "env_error: boom" if failed else "",
+            "version": 0,
+            "version_max": 0,
+        }
+
+
+@pytest.mark.parametrize(
+    ("rewards", "first", "last"),
+    [
+        ([0.25, 0.5, float("nan")], 0.25, None),  # the last said 0.5, from step 5
+        ([float("nan"), 0.5, 0.75], None, 0.75),  # the first said 0.5, a later step's
+        ([0.25, float("nan"), 0.75], 0.25, 0.75),
+    ],
+)
+def test_the_summary_gives_no_held_out_reward_for_an_evaluation_whose_episodes_all_failed(
+    tmp_path: Path, rewards: list[float], first: float | None, last: float | None
+) -> None:
+    from agenthub.trainer._metrics import MetricsLog
+
+    trainer = Trainer(load_config([], ["env=math"]), tmp_path, log=lambda _: None)
+    trainer._workers = [_EvaluatingWorker(list(rewards))]
+    trainer._metrics = MetricsLog(tmp_path, title="t", wandb="disabled", config={}, resume=False)
+
+    async def evaluate_three_times() -> None:
+        for step in (0, 5, 10):
+            await trainer._evaluate(step)
+
+    asyncio.run(evaluate_three_times())
+    summary = trainer._summary(10, 1.0)
+    assert (summary["first_eval_reward"], summary["last_eval_reward"]) == (first, last)
 
 
 # -- triage ------------------------------------------------------------------------------
