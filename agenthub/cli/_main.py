@@ -3,6 +3,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import select
+import stat
 import sys
 from collections.abc import Callable, Sequence
 
@@ -194,6 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a reader gone by now fails here, not in the flush at exit
         return code
     except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # some other pipe broke (a subprocess's, say): a failure to see, not quiet
         # The reader (`| head`) closed the pipe: it has what it wanted, and the rest of the
         # output has no one to go to. Python's recipe: point stdout at devnull, so the flush at
         # exit does not raise again, and exit 1, since the command stopped before it finished
@@ -206,6 +210,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("agenthub: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports an error on it)."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return False
+    except (AttributeError, OSError, ValueError):  # replaced by one with no file behind it
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poll.poll(0))
 
 
 if __name__ == "__main__":

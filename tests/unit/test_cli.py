@@ -212,6 +212,26 @@ def test_output_into_a_pipe_closed_early_ends_quietly() -> None:
     assert process.returncode == 1 and err == ""
 
 
+@pytest.mark.parametrize("reader_gone", [False, True])
+def test_only_a_pipe_on_stdout_whose_reader_left_is_taken_for_a_quiet_end(
+    reader_gone: bool,
+) -> None:
+    # Any BrokenPipeError ended the command with exit 1 and not a word, one from an env's own
+    # subprocess pipe included.
+    code = (
+        "import sys, time; time.sleep(0.5); from agenthub.cli._main import _stdout_reader_gone;"
+        "print(_stdout_reader_gone(), file=sys.stderr)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        assert process.stdout is not None and process.stderr is not None
+        if reader_gone:
+            process.stdout.close()
+        said = process.stderr.read().decode().strip()
+    assert said == str(reader_gone)
+
+
 def test_envs_check_of_an_env_blocking_the_loop_for_good_fails_past_the_timeout() -> None:
     # It printed nothing and hung: only the loop can end a call's timeout, and it never ran.
     env = ["tests.unit._envs:BlockingEnv", "where=step", "block_s=1000000"]
