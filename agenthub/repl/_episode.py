@@ -77,14 +77,22 @@ def reply_end(chat: ChatTokenizer, ids: Sequence[int], sampling: SamplingParams)
     engine ended its reply: through the first stop token, or through the token that completes
     one of the `stop` strings (kept as sampled). None when the reply would go on."""
     stop_ids = {*sampling.stop_token_ids, *chat.stop_token_ids}
-    stops = sampling.stop
-    # Decoding every prefix is only needed when a stop string occurs at all.
-    if stops and not any(s in chat.decode(ids) for s in stops):
-        stops = ()
-    for i, token in enumerate(ids):
-        if token in stop_ids or (stops and any(s in chat.decode(ids[: i + 1]) for s in stops)):
-            return i + 1
-    return None
+    at_token = next((i + 1 for i, token in enumerate(ids) if token in stop_ids), None)
+    limit = len(ids) if at_token is None else at_token
+
+    def has_stop(n: int) -> bool:  # a prefix that holds a stop string, its longer ones do too
+        text = chat.decode(ids[:n])
+        return any(s in text for s in sampling.stop)
+
+    if not (sampling.stop and has_stop(limit)):
+        return at_token
+    # The shortest prefix holding a stop string, in a few decodes rather than one per token
+    # (a reasoning reply replayed runs to thousands of tokens).
+    low, high = 1, limit
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if has_stop(middle) else (middle + 1, high)
+    return low
 
 
 def typed_action(

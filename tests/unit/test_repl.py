@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -232,6 +233,45 @@ async def test_a_typed_reply_ending_on_a_stop_string_holds_the_tokens_eval_recor
     assert "matches the saved one token for token" in await h.type("", "")
     assert [a.text for a in h.episode.actions] == ["8 * 4 =", "32"]
     await h.repl.aclose()
+
+
+def test_where_a_reply_ends_takes_a_few_decodes_however_long_it_is(
+    chat: ChatTokenizer,
+) -> None:
+    # Every prefix was decoded: a replay of a 4,000-token reply took 4,000 decodes of up to
+    # 4,000 tokens each for one reply.
+    from agenthub.agents import SamplingParams
+    from agenthub.repl._episode import reply_end
+
+    decodes = 0
+
+    class Counting:
+        stop_token_ids = chat.stop_token_ids
+
+        def decode(self, ids: Sequence[int]) -> str:
+            nonlocal decodes
+            decodes += 1
+            return chat.decode(ids)
+
+    counting: Any = Counting()
+    sampling = SamplingParams(stop=("</answer>",))
+    words = chat.encode_text(" word" * 500)
+    for text, ids in [
+        ("stop string", [*words, *chat.encode_text(" </answer> more"), *words]),
+        ("stop token", [*words, chat.stop_token_ids[0], *chat.encode_text("</answer>")]),
+        ("neither", words),
+    ]:
+        decodes = 0
+        expected = next(
+            (
+                n
+                for n in range(1, len(ids) + 1)
+                if ids[n - 1] in chat.stop_token_ids or "</answer>" in chat.decode(ids[:n])
+            ),
+            None,
+        )
+        assert reply_end(counting, ids, sampling) == expected, text
+        assert decodes <= 16, (text, decodes)
 
 
 async def test_a_typed_reply_is_cut_where_a_sampled_one_would_stop(
