@@ -84,6 +84,19 @@ def raised_at(exc: BaseException, *, fallback: bool = True) -> str:
     return _where(ours[-1]) if ours else ""
 
 
+def blamed(stack: Sequence[Frame]) -> int | None:
+    """Which frame of a live `stack` (outermost first) to name for what it is doing: the
+    innermost of the user's own code; else, past agenthub's last frame, the outermost of an
+    installed package (a plugin installed without `-e`, which calls the libraries inside it);
+    None when there is neither."""
+    users = [i for i, (filename, _, _) in enumerate(stack) if _users(filename)]
+    if users:
+        return users[-1]
+    carried = [i for i, (filename, _, _) in enumerate(stack) if filename.startswith(_AGENTHUB)]
+    start = carried[-1] + 1 if carried else 0
+    return next((i for i in range(start, len(stack)) if _installed(stack[i][0])), None)
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     """`exc` and the exceptions behind it, where the user's mistake most likely is first: the
     root of a `raise ... from` chain (the wrapped failure), then `exc`, then what it was raised

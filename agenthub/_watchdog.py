@@ -15,6 +15,8 @@ import traceback
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
+from agenthub._tracebacks import blamed
+
 logger = logging.getLogger("agenthub.agents")  # the episodes are what a blocked loop stalls
 
 BEAT_S = 0.25
@@ -81,12 +83,17 @@ async def loop_watchdog(
 
 
 def _where(thread: int) -> str:
-    """The innermost frame of `thread` outside the standard library, as `file:line in f (code)`."""
+    """The frame of `thread` to look at, as `file:line in f (code)`: the user's own innermost
+    (`agenthub._tracebacks.blamed`), else the innermost outside the standard library."""
     frame = sys._current_frames().get(thread)
     if frame is None:
         return "something"
     stack = traceback.extract_stack(frame)
-    library = (sys.prefix, sys.base_prefix)
-    own = [f for f in stack if not f.filename.startswith(library) or "site-packages" in f.filename]
-    at = (own or stack)[-1]
+    index = blamed([(f.filename, f.lineno or 0, f.name) for f in stack])
+    if index is None:
+        library = (sys.prefix, sys.base_prefix)
+        own = [f for f in stack if not f.filename.startswith(library) or "-packages" in f.filename]
+        at = (own or stack)[-1]
+    else:
+        at = stack[index]
     return f"{at.filename}:{at.lineno} in {at.name} ({(at.line or '').strip()})"

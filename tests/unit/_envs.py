@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import httpx
 import numpy as np
 
 from agenthub import Env, Message, Step, Task
@@ -174,6 +175,18 @@ class StallingTasksEnv(CountdownEnv):
     def tasks(self, split: str = "train") -> Iterator[Task]:
         yield from itertools.islice(super().tasks(split), 2)
         time.sleep(1e6)
+
+
+class SyncHttpEnv(CountdownEnv):
+    """Its step calls a server with a synchronous client, as a careless env does."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    async def step(self, action: str) -> Step[list[Message]]:
+        httpx.get(self.url, timeout=10)  # noqa: ASYNC210 - the blocking call under test
+        return await super().step(action)
 
 
 def factory_returning(value: object) -> Any:

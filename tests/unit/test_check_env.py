@@ -1,6 +1,8 @@
 import itertools
 import logging
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,6 +181,36 @@ def test_a_call_blocking_the_loop_past_the_timeout_is_named_while_it_blocks(
             r"\(time\.sleep\(self\.block_s\)\).*anyio\.to_thread\.run_sync",
             caplog.text,
         ), caplog.text
+
+
+def test_a_call_blocking_inside_a_library_is_named_at_the_env_s_own_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The innermost frame outside the standard library was named: httpcore's socket read,
+    # not the env's `httpx.get(...)`.
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        threading.Thread(target=_answer_late, args=(server,), daemon=True).start()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/"
+        logged = caplog.at_level(logging.WARNING, logger="agenthub.testing")
+        with logged, pytest.raises(CheckEnvError):
+            check_env(_envs.SyncHttpEnv(url), timeout_s=0.5)
+    assert re.search(r"_envs\.py:\d+ in step \(httpx\.get\(self\.url", caplog.text), caplog.text
+
+
+def _answer_late(server: socket.socket) -> None:
+    """Answer the first request after 1.5 s, and later ones at once until none comes for 2 s."""
+    server.settimeout(2)
+    for delay in (1.5, *[0.0] * 50):
+        try:
+            connection, _ = server.accept()
+        except OSError:
+            return
+        with connection:
+            connection.recv(65536)
+            time.sleep(delay)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 
 
 @pytest.mark.anyio

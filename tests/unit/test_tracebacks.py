@@ -1,6 +1,8 @@
 """An env's failure is reported at the line of the user's code to look at, not agenthub's."""
 
 import math
+import os
+import sysconfig
 from pathlib import Path
 
 import anyio
@@ -8,7 +10,7 @@ import pytest
 
 import agenthub
 from agenthub import AgentFuncError, RewardFuncError, Step, Task, make
-from agenthub._tracebacks import RemoteTraceback, raised_at
+from agenthub._tracebacks import RemoteTraceback, blamed, raised_at
 
 pytestmark = pytest.mark.anyio
 
@@ -70,3 +72,21 @@ def test_agenthub_s_own_line_is_named_only_when_nothing_else_is_on_the_way() -> 
     trace = RemoteTraceback("", [RUNNER, thread, score])
     assert raised_at(trace) == f" (raised at {score[0]}:171, in _score)"
     assert raised_at(trace, fallback=False) == ""
+
+
+def test_a_live_stack_names_the_user_s_line_else_the_plugin_that_calls_a_library() -> None:
+    # What blocks an event loop: the innermost frame outside the standard library named
+    # httpx's insides where the env's own `httpx.get(...)` is the line to look at.
+    ours = os.path.join(os.path.dirname(agenthub.__file__), "agents", "_runner.py")
+    site = os.path.join(os.sep, "venv", "lib", "site-packages")
+    stdlib = os.path.join(sysconfig.get_paths()["stdlib"], "socket.py")
+    plugin = [
+        (ours, 10, "play"),
+        (os.path.join(site, "my_plugin", "env.py"), 20, "step"),
+        (os.path.join(site, "httpx", "_api.py"), 30, "get"),
+        (stdlib, 40, "recv_into"),
+    ]
+    assert blamed(plugin) == 1
+    own = [*plugin[:2], (os.path.join(os.sep, "home", "me", "env.py"), 5, "step"), *plugin[2:]]
+    assert blamed(own) == 2
+    assert blamed([(ours, 10, "play"), (stdlib, 40, "recv_into")]) is None
