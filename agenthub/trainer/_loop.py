@@ -547,6 +547,11 @@ class Trainer:
             )
         if state is not None:
             self.dir.rewind_logs(state)
+            # The run's starting evaluation and its last so far, for the summary: a resumed
+            # run does not evaluate again before it trains on.
+            for record in read_metrics(self.dir.path / "metrics.jsonl"):
+                if "eval/errors" in record:  # a NaN reward (every episode failed) is not logged
+                    self._evaluated(record.get("eval/reward"))
         else:  # a resumed run's config is saved once its checkpoint has loaded
             self.dir.write_config(self.config)
         return state
@@ -987,6 +992,12 @@ class Trainer:
         self._sync_s = await self._learner.send_weights.remote(version)
         await self._admission.set_version.remote(version)
 
+    def _evaluated(self, reward: float | None) -> None:
+        if not self._evaluations:
+            self._first_eval = reward
+        self._last_eval = reward
+        self._evaluations += 1
+
     async def _evaluate(self, step: int, after: asyncio.Task[None] | None = None) -> None:
         """Held-out reward of step `step`'s policy: the evaluation waits for that step's weight
         sync (`after`), or in async mode it would measure the policy before it."""
@@ -998,11 +1009,7 @@ class Trainer:
         )
         # With every episode failed there is no reward (NaN): the summary says none, rather
         # than an earlier evaluation's reward as the last or a later one's as the first.
-        reward = result["reward"] if result["errors"] < result["episodes"] else None
-        if not self._evaluations:
-            self._first_eval = reward
-        self._last_eval = reward
-        self._evaluations += 1
+        self._evaluated(result["reward"] if result["errors"] < result["episodes"] else None)
         self._metrics.log(
             {
                 "step": step,

@@ -691,6 +691,25 @@ def _checkpointed_run(path: Path, *overrides: str) -> RunDirectory:
     return run
 
 
+def test_a_resumed_run_s_summary_keeps_the_held_out_reward_its_run_started_with(
+    tmp_path: Path,
+) -> None:
+    # A resumed run does not evaluate before it trains on, so its summary gave its first
+    # periodic evaluation (step 5, say) as the reward the run started with.
+    run = _checkpointed_run(tmp_path)
+    records = [
+        {"step": 0, "eval/reward": 0.25, "eval/errors": 0},
+        {"step": 1, "train/reward": 0.5},
+        {"step": 2, "eval/errors": 4},  # every episode failed: no reward
+        {"step": 3, "eval/reward": 0.75, "eval/errors": 0},  # after the checkpoint: rewound
+    ]
+    (run.path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    resumed = Trainer(load_config([], ["env=math"]), tmp_path, resume=True, log=lambda _: None)
+    assert resumed._prepare_directory() is not None
+    summary = resumed._summary(2, 30.0)
+    assert (summary["first_eval_reward"], summary["last_eval_reward"]) == (0.25, None)
+
+
 def test_a_resume_writes_model_again_when_it_holds_a_step_no_checkpoint_kept(
     tmp_path: Path,
 ) -> None:
