@@ -34,12 +34,14 @@ def _log_stall(quiet_s: float, where: str) -> None:
 
 @asynccontextmanager
 async def loop_watchdog(
-    after_s: float = 10.0, stalled: Callable[[float, str], None] = _log_stall
+    after_s: float = 10.0,
+    stalled: Callable[[float, str], None] = _log_stall,
+    log: logging.Logger = logger,
 ) -> AsyncIterator[None]:
     """While inside, call `stalled` each time the loop goes `after_s` without running, with how
     long it has been and the line it is stuck on (`file:line in f (code)`), on the watchdog's
-    own thread; by default it logs a warning. A warning follows when the loop runs again, with
-    how long it was held."""
+    own thread; by default it logs a warning. A warning on `log` follows when the loop runs
+    again, with how long it was held."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (trio, under anyio): no watchdog
@@ -68,7 +70,7 @@ async def loop_watchdog(
         while not done.wait(beat_s):
             if answered >= sent:
                 if reported:
-                    logger.warning("the event loop runs again after %.0f s", answered - sent)
+                    log.warning("the event loop runs again after %.0f s", answered - sent)
                 sent, reported = ping(), False
             elif not reported and (quiet := time.monotonic() - sent) > after_s:
                 reported = True

@@ -181,7 +181,7 @@ async def _acheck(
         stalled(LoopBlockedError(str(instance), [checker.blocking(quiet_s, where)]))
 
     try:
-        async with loop_watchdog(after_s=timeout_s, stalled=blocked):
+        async with loop_watchdog(after_s=timeout_s, stalled=blocked, log=logger):
             await checker.run(seed, tasks)
     finally:
         if not checker.closed and isinstance(instance, Env):
