@@ -86,11 +86,12 @@ def check_env(
     `agenthub.testing` logger (on stderr where logging is not set up) names the call and its
     line, and the check fails once the call returns.
 
-    It also reads on through each split the env offers (`train` and `held_out`), the first
-    10,000 tasks of each (fewer where `timeout_s` passes first: a generator may never end), as
-    evaluation and training will read them. A task file of the env's own that cannot be read, at
-    any of those lines, raises its `TaskFileError` (naming FILE:LINE): the data is wrong, not the
-    env.
+    Unless `tasks` are given, it also reads on through each split the env offers (`train` and
+    `held_out`; a split it does not offer raises `NoTaskSourceError`), the first 10,000 tasks
+    of each (fewer where 5 s, or half of `timeout_s`, pass first: a generator may never end),
+    as evaluation and training will read them. A task file of the env's own that cannot be
+    read, at any of those lines, raises its `TaskFileError` (naming FILE:LINE): the data is
+    wrong, not the env.
     """
     try:
         asyncio.get_running_loop()
