@@ -396,8 +396,9 @@ class _Checker:
 
     @asynccontextmanager
     async def watch(self, what: str, hint: str) -> AsyncIterator[None]:
-        """Report the first call that blocks the event loop too long: `fail_after` cannot
-        interrupt it, but a ticker kept waiting meanwhile shows it."""
+        """Keep the longest block of the event loop past `max_block_s`, with the call that
+        made it, for the report: `fail_after` cannot interrupt such a call, but a ticker kept
+        waiting meanwhile shows it."""
         self.current, self.hint = what, hint
         ticker = _Ticker()
         error: Exception | None = None
