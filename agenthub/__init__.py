@@ -19,7 +19,7 @@ from agenthub._errors import (
     TaskFileError,
 )
 from agenthub._registry import list_envs, make, register, spec
-from agenthub._spec import EnvSpec
+from agenthub._spec import EnvSpec, WrapperSpec
 from agenthub._transcript import Transcript, transcript
 from agenthub._types import Message, Observation, Step, Task
 from agenthub.envs._tasks import read_jsonl_tasks as read_tasks
@@ -45,6 +45,7 @@ __all__ = [
     "Task",
     "TaskFileError",
     "Transcript",
+    "WrapperSpec",
     "list_envs",
     "make",
     "read_tasks",

@@ -27,7 +27,7 @@ from agenthub._errors import (
     PluginLoadError,
 )
 from agenthub._returns import method_problems
-from agenthub._spec import EnvSpec
+from agenthub._spec import EnvSpec, WrapperSpec
 from agenthub._tracebacks import raised_at
 
 _ANY_TYPES = ConfigDict(arbitrary_types_allowed=True)
@@ -250,10 +250,44 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
     if problems := method_problems(env):
         raise PluginLoadError(f"{_describe(base)}: {'; '.join(problems)}")
     try:
-        env.spec = base.with_kwargs(**_json_kwargs.validate_python(kwargs))
+        unwrapped = base.model_copy(update={"wrappers": ()})
+        env.spec = unwrapped.with_kwargs(**_json_kwargs.validate_python(kwargs))
     except ValidationError:
         env.spec = None
+    for wrapper in base.wrappers:
+        env = _wrap(env, base, wrapper)
     return env
+
+
+def _wrap(env: Env[Any], base: EnvSpec, wrapper: WrapperSpec) -> Env[Any]:
+    """`env` in the wrapper `wrapper` records, as `base` lists it."""
+    from agenthub.wrappers import Wrapper
+
+    where = f"{_describe(base)} is wrapped in {wrapper.entry_point}"
+    module_name, _, attr_path = wrapper.entry_point.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr_path.split("."):
+            target = getattr(target, part)
+    except Exception as exc:
+        raise PluginLoadError(
+            f"{where}, which failed to load: {type(exc).__name__}: {exc}. A wrapper must be a "
+            "class at the top level of a module this process can import"
+        ) from exc
+    if not (isinstance(target, type) and issubclass(target, Wrapper)):
+        raise PluginLoadError(f"{where}, which is not a subclass of agenthub.wrappers.Wrapper")
+    if wrapper.kwargs is None:
+        raise EnvBuildError(
+            f"{where}, which was given arguments that are not JSON (a callable, say), so it "
+            "cannot be built again from the spec: wrap the env by hand"
+        )
+    try:
+        return target(env, **wrapper.kwargs)
+    except (TypeError, ValueError) as exc:
+        raise EnvArgumentsError(
+            f"{where}, which could not be built with {wrapper.kwargs}: {exc}{_raised_in(exc)}. "
+            "A wrapper records the arguments it passes on: super().__init__(env, NAME=VALUE)"
+        ) from exc
 
 
 def _raised_in(exc: BaseException) -> str:

@@ -4,17 +4,31 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic
 
 import numpy as np
+from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from agenthub._env import Env
-from agenthub._spec import EnvSpec
+from agenthub._spec import EnvSpec, WrapperSpec
 from agenthub._types import ObsT, Step, Task
+
+_NOT_SET: Any = object()
+_json_kwargs = TypeAdapter(dict[str, JsonValue])
 
 
 class Wrapper(Env[ObsT], Generic[ObsT]):
-    """An environment that delegates to `env`; override only what the wrapper changes."""
+    """An environment that delegates to `env`; override only what the wrapper changes.
 
-    def __init__(self, env: Env[ObsT]) -> None:
+    A wrapper passes the arguments it takes besides `env` on to this constructor
+    (`super().__init__(env, max_turns=max_turns)`), and its `spec` records them after the
+    wrapped env's: `agenthub.make(wrapped.spec)` then builds the same wrapped env anywhere (a
+    rollout worker, an `EpisodeRunner`). A wrapper given arguments that are not JSON still
+    works; its spec says it cannot be built again.
+    """
+
+    def __init__(self, env: Env[ObsT], **arguments: Any) -> None:
         self.env = env
+        self._arguments = arguments
+
+    _spec: EnvSpec | None = _NOT_SET  # set when an entry point returned this wrapper
 
     async def reset(self, task: Task, *, seed: int | None = None) -> tuple[ObsT, dict[str, Any]]:
         return await self.env.reset(task, seed=seed)
@@ -30,11 +44,22 @@ class Wrapper(Env[ObsT], Generic[ObsT]):
 
     @property
     def spec(self) -> EnvSpec | None:
-        return self.env.spec
+        if self._spec is not _NOT_SET:  # made by a registered factory: it wraps the env itself
+            return self._spec
+        inner = self.env.spec
+        if inner is None:
+            return None
+        try:
+            kwargs: dict[str, JsonValue] | None = _json_kwargs.validate_python(self._arguments)
+        except ValidationError:
+            kwargs = None
+        cls = type(self)
+        record = WrapperSpec(entry_point=f"{cls.__module__}:{cls.__qualname__}", kwargs=kwargs)
+        return inner.model_copy(update={"wrappers": (*inner.wrappers, record)})
 
     @spec.setter
     def spec(self, value: EnvSpec | None) -> None:
-        self.env.spec = value
+        self._spec = value
 
     @property
     def tools(self) -> Sequence[Mapping[str, Any]]:

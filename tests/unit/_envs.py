@@ -189,6 +189,13 @@ class SyncHttpEnv(CountdownEnv):
         return await super().step(action)
 
 
+def turn_limited_countdown() -> Any:
+    """A registered factory that wraps the env itself."""
+    from agenthub.wrappers import TurnLimit
+
+    return TurnLimit(CountdownEnv(), max_turns=2)
+
+
 def factory_returning(value: object) -> Any:
     return value
 

@@ -1,10 +1,20 @@
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agenthub import Task
-from agenthub.wrappers import Recorder, TurnLimit
+from agenthub import (
+    Env,
+    EnvArgumentsError,
+    EnvBuildError,
+    EnvSpec,
+    PluginLoadError,
+    Task,
+    make,
+    register,
+)
+from agenthub.wrappers import Recorder, TurnLimit, Wrapper
 
 from ._envs import CountdownEnv
 
@@ -72,3 +82,62 @@ def test_wrappers_pass_what_the_runner_reads_after_reset_through() -> None:
     )
     wrapped.stop, wrapped.system_prompt = ("Observation:",), None  # as a reset may set them
     assert (inner.stop, inner.system_prompt) == (("Observation:",), None)
+
+
+def test_a_wrapped_env_s_spec_builds_the_same_wrapped_env_again(tmp_path: Path) -> None:
+    # The spec was the inner env's: make(env.spec) in a worker or an EpisodeRunner silently
+    # dropped the turn limit.
+    register("countdown-wrapped", "tests.unit._envs:CountdownEnv", override=True, delay_s=0.0)
+    wrapped = Recorder(TurnLimit(make("countdown-wrapped"), max_turns=2), tmp_path / "e.jsonl")
+    spec = wrapped.spec
+    assert spec is not None and [(w.entry_point, w.kwargs) for w in spec.wrappers] == [
+        ("agenthub.wrappers._turn_limit:TurnLimit", {"max_turns": 2}),
+        ("agenthub.wrappers._recorder:Recorder", {"path": str(tmp_path / "e.jsonl")}),
+    ]
+    again = make(EnvSpec.model_validate_json(spec.model_dump_json()))
+    assert isinstance(again, Recorder) and isinstance(again.env, TurnLimit)
+    assert again.env.max_turns == 2 and again.path == tmp_path / "e.jsonl"
+    assert again.spec == spec and again.unwrapped.spec == make("countdown-wrapped").spec
+
+
+def test_an_env_a_factory_returns_wrapped_is_not_wrapped_twice_when_made_again() -> None:
+    register("countdown-limited", "tests.unit._envs:turn_limited_countdown", override=True)
+    env = make("countdown-limited")
+    assert env.spec is not None and env.spec.wrappers == ()
+    again = make(env.spec)
+    assert isinstance(again, TurnLimit) and not isinstance(again.env, TurnLimit)
+
+
+class Scaled(Wrapper[Any]):
+    """Multiplies rewards by `factor`, or by what `scale` says."""
+
+    def __init__(self, env: Env[Any], factor: float = 1.0, scale: Any = None) -> None:
+        super().__init__(env, factor=factor, scale=scale)
+
+
+class Forgetful(Wrapper[Any]):
+    """Takes an argument but does not pass it on, so its spec cannot rebuild it."""
+
+    def __init__(self, env: Env[Any], factor: float) -> None:
+        super().__init__(env)
+
+
+def test_a_wrapper_that_cannot_be_built_again_says_so_when_made() -> None:
+    register("countdown-plain", "tests.unit._envs:CountdownEnv", override=True)
+    spec = Scaled(make("countdown-plain"), scale=lambda r: r * 2).spec
+    assert spec is not None and spec.wrappers[0].kwargs is None
+    with pytest.raises(
+        EnvBuildError,
+        match=r"wrapped in tests\.unit\.test_wrappers:Scaled, which "
+        r"was given arguments that are not JSON",
+    ):
+        make(spec)
+    forgetful = Forgetful(make("countdown-plain"), factor=2.0).spec
+    assert forgetful is not None
+    with pytest.raises(EnvArgumentsError, match=r"super\(\)\.__init__\(env, NAME=VALUE\)"):
+        make(forgetful)
+    local = Scaled(make("countdown-plain"), factor=2.0).spec
+    assert local is not None
+    moved = local.wrappers[0].model_copy(update={"entry_point": "tests.unit.test_wrappers:Gone"})
+    with pytest.raises(PluginLoadError, match="Gone, which failed to load: AttributeError"):
+        make(local.model_copy(update={"wrappers": (moved,)}))
