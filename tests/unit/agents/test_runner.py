@@ -90,6 +90,20 @@ async def test_turn_budget_truncates(chat: ChatTokenizer) -> None:
     assert t.truncated and not t.terminated and t.num_turns == 2
 
 
+async def test_a_wrapped_env_s_spec_runs_its_episodes_wrapped(chat: ChatTokenizer) -> None:
+    # Each episode makes its env from the spec, which held the inner env only: the turn
+    # limit a user wrapped the env in was silently dropped.
+    from agenthub.wrappers import TurnLimit
+
+    limited = TurnLimit(agenthub.make(ENV), max_turns=2)
+    spec = limited.spec
+    await limited.aclose()
+    assert spec is not None
+    engine = replying(chat)
+    [t] = await EpisodeRunner(engine, chat, spec, RolloutConfig()).collect([task(label=9)])
+    assert t.truncated and not t.terminated and t.num_turns == len(engine.requests) == 2
+
+
 async def test_token_budget_truncates_and_bounds_the_sequence(chat: ChatTokenizer) -> None:
     engine = replying(chat, "Hello, world! " * 10, end=False)
     [t] = await runner(engine, chat, max_tokens=60).collect([task(label=9)])
