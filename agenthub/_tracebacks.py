@@ -86,13 +86,15 @@ def raised_at(exc: BaseException, *, fallback: bool = True) -> str:
 
 def blamed(stack: Sequence[Frame]) -> int | None:
     """Which frame of a live `stack` (outermost first) to name for what it is doing: the
-    innermost of the user's own code; else, past agenthub's last frame, the outermost of an
-    installed package (a plugin installed without `-e`, which calls the libraries inside it);
-    None when there is neither."""
-    users = [i for i, (filename, _, _) in enumerate(stack) if _users(filename)]
+    innermost of the user's own code inside agenthub's first frame (outside it are only the
+    callers: a console script, a test, a script's `asyncio.run`); else, past agenthub's last
+    frame, the outermost of an installed package (a plugin installed without `-e`, which calls
+    the libraries inside it); None when there is neither."""
+    carried = [i for i, (filename, _, _) in enumerate(stack) if filename.startswith(_AGENTHUB)]
+    inside = range(carried[0] + 1 if carried else 0, len(stack))
+    users = [i for i in inside if _users(stack[i][0])]
     if users:
         return users[-1]
-    carried = [i for i, (filename, _, _) in enumerate(stack) if filename.startswith(_AGENTHUB)]
     start = carried[-1] + 1 if carried else 0
     return next((i for i in range(start, len(stack)) if _installed(stack[i][0])), None)
 

@@ -90,3 +90,8 @@ def test_a_live_stack_names_the_user_s_line_else_the_plugin_that_calls_a_library
     own = [*plugin[:2], (os.path.join(os.sep, "home", "me", "env.py"), 5, "step"), *plugin[2:]]
     assert blamed(own) == 2
     assert blamed([(ours, 10, "play"), (stdlib, 40, "recv_into")]) is None
+    # Outside agenthub's first frame are only its callers, the user's own script among them:
+    # never the line that blocks.
+    script = (os.path.join(os.sep, "home", "me", "run.py"), 3, "<module>")
+    assert blamed([script, *plugin]) == 2
+    assert blamed([script, *own]) == 3
