@@ -278,15 +278,19 @@ def _wrap(env: Env[Any], base: EnvSpec, wrapper: WrapperSpec) -> Env[Any]:
         raise PluginLoadError(f"{where}, which is not a subclass of agenthub.wrappers.Wrapper")
     if wrapper.kwargs is None:
         raise EnvBuildError(
-            f"{where}, which was given arguments that are not JSON (a callable, say), so it "
-            "cannot be built again from the spec: wrap the env by hand"
+            f"{where}, which was built with arguments that are not JSON (a callable, say), so "
+            "it cannot be built again from the spec: wrap the env by hand"
         )
     try:
         return target(env, **wrapper.kwargs)
     except (TypeError, ValueError) as exc:
         raise EnvArgumentsError(
-            f"{where}, which could not be built with {wrapper.kwargs}: {exc}{_raised_in(exc)}. "
-            "A wrapper records the arguments it passes on: super().__init__(env, NAME=VALUE)"
+            f"{where}, which could not be built with {wrapper.kwargs}: {exc}{_raised_in(exc)}"
+        ) from exc
+    except Exception as exc:
+        raise EnvBuildError(
+            f"{where}, which failed to build with {wrapper.kwargs}: {type(exc).__name__}: "
+            f"{exc}{raised_at(exc)}"
         ) from exc
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic
 
@@ -17,18 +18,22 @@ _json_kwargs = TypeAdapter(dict[str, JsonValue])
 class Wrapper(Env[ObsT], Generic[ObsT]):
     """An environment that delegates to `env`; override only what the wrapper changes.
 
-    A wrapper passes the arguments it takes besides `env` on to this constructor
-    (`super().__init__(env, max_turns=max_turns)`), and its `spec` records them after the
-    wrapped env's: `agenthub.make(wrapped.spec)` then builds the same wrapped env anywhere (a
-    rollout worker, an `EpisodeRunner`). A wrapper given arguments that are not JSON still
-    works; its spec says it cannot be built again.
+    Its `spec` is the wrapped env's with this wrapper added (its class and the arguments it was
+    built with besides `env`), so `agenthub.make(wrapped.spec)` builds the same wrapped env
+    anywhere (a rollout worker, an `EpisodeRunner`). A wrapper built with arguments that are
+    not JSON still works; its spec says it cannot be built again.
     """
 
-    def __init__(self, env: Env[ObsT], **arguments: Any) -> None:
-        self.env = env
-        self._arguments = arguments
-
+    _arguments: dict[str, Any] | None = None  # what it was built with besides env
     _spec: EnvSpec | None = _NOT_SET  # set when an entry point returned this wrapper
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        self._arguments = _arguments(cls, args, kwargs)
+        return self
+
+    def __init__(self, env: Env[ObsT]) -> None:
+        self.env = env
 
     async def reset(self, task: Task, *, seed: int | None = None) -> tuple[ObsT, dict[str, Any]]:
         return await self.env.reset(task, seed=seed)
@@ -51,7 +56,7 @@ class Wrapper(Env[ObsT], Generic[ObsT]):
             return None
         try:
             kwargs: dict[str, JsonValue] | None = _json_kwargs.validate_python(self._arguments)
-        except ValidationError:
+        except ValidationError:  # None (built some other way), or not JSON
             kwargs = None
         cls = type(self)
         record = WrapperSpec(entry_point=f"{cls.__module__}:{cls.__qualname__}", kwargs=kwargs)
@@ -98,3 +103,22 @@ class Wrapper(Env[ObsT], Generic[ObsT]):
 
     def __str__(self) -> str:
         return f"<{type(self).__name__}{self.env}>"
+
+
+def _arguments(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments a `cls(*args, **kwargs)` call gives its constructor besides the env, by
+    name; None where they have no names (`*args`) or do not fit it (the constructor says so)."""
+    try:
+        bound = inspect.signature(cls).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return None
+    named: dict[str, Any] = {}
+    for position, (name, value) in enumerate(bound.arguments.items()):
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            return None
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            named.update(value)
+        elif position:  # the first is the env
+            named[name] = value
+    return named

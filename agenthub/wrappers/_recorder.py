@@ -51,7 +51,7 @@ class Recorder(Wrapper[ObsT]):
     JSON line when the episode ends (or the env is closed mid-episode)."""
 
     def __init__(self, env: Env[ObsT], path: str | Path | None = None) -> None:
-        super().__init__(env, path=None if path is None else str(path))
+        super().__init__(env)
         self.path = Path(path) if path is not None else None
         self.episodes: list[EpisodeRecord] = []
         self._open: EpisodeRecord | None = None

@@ -13,7 +13,7 @@ class TurnLimit(Wrapper[ObsT]):
     def __init__(self, env: Env[ObsT], max_turns: int) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        super().__init__(env, max_turns=max_turns)
+        super().__init__(env)
         self.max_turns = max_turns
         self._turns = 0
 

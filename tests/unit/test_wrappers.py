@@ -88,16 +88,32 @@ def test_a_wrapped_env_s_spec_builds_the_same_wrapped_env_again(tmp_path: Path) 
     # The spec was the inner env's: make(env.spec) in a worker or an EpisodeRunner silently
     # dropped the turn limit.
     register("countdown-wrapped", "tests.unit._envs:CountdownEnv", override=True, delay_s=0.0)
-    wrapped = Recorder(TurnLimit(make("countdown-wrapped"), max_turns=2), tmp_path / "e.jsonl")
+    path = str(tmp_path / "e.jsonl")
+    wrapped = Recorder(TurnLimit(make("countdown-wrapped"), 2), path=path)
     spec = wrapped.spec
     assert spec is not None and [(w.entry_point, w.kwargs) for w in spec.wrappers] == [
         ("agenthub.wrappers._turn_limit:TurnLimit", {"max_turns": 2}),
-        ("agenthub.wrappers._recorder:Recorder", {"path": str(tmp_path / "e.jsonl")}),
+        ("agenthub.wrappers._recorder:Recorder", {"path": path}),
     ]
     again = make(EnvSpec.model_validate_json(spec.model_dump_json()))
     assert isinstance(again, Recorder) and isinstance(again.env, TurnLimit)
     assert again.env.max_turns == 2 and again.path == tmp_path / "e.jsonl"
     assert again.spec == spec and again.unwrapped.spec == make("countdown-wrapped").spec
+
+
+class ThreeTurns(TurnLimit[Any]):
+    """A wrapper of fixed settings, built on another: its spec records what it takes."""
+
+    def __init__(self, env: Env[Any], *, note: str = "") -> None:
+        super().__init__(env, 3)
+
+
+def test_a_wrapper_s_spec_records_its_own_arguments_not_those_it_passes_on() -> None:
+    register("countdown-three", "tests.unit._envs:CountdownEnv", override=True)
+    spec = ThreeTurns(make("countdown-three"), note="x").spec
+    assert spec is not None and spec.wrappers[0].kwargs == {"note": "x"}
+    again = make(spec)
+    assert isinstance(again, ThreeTurns) and again.max_turns == 3 and again.spec == spec
 
 
 def test_an_env_a_factory_returns_wrapped_is_not_wrapped_twice_when_made_again() -> None:
@@ -112,14 +128,8 @@ class Scaled(Wrapper[Any]):
     """Multiplies rewards by `factor`, or by what `scale` says."""
 
     def __init__(self, env: Env[Any], factor: float = 1.0, scale: Any = None) -> None:
-        super().__init__(env, factor=factor, scale=scale)
-
-
-class Forgetful(Wrapper[Any]):
-    """Takes an argument but does not pass it on, so its spec cannot rebuild it."""
-
-    def __init__(self, env: Env[Any], factor: float) -> None:
         super().__init__(env)
+        self.factor, self.scale = factor, scale
 
 
 def test_a_wrapper_that_cannot_be_built_again_says_so_when_made() -> None:
@@ -128,16 +138,15 @@ def test_a_wrapper_that_cannot_be_built_again_says_so_when_made() -> None:
     assert spec is not None and spec.wrappers[0].kwargs is None
     with pytest.raises(
         EnvBuildError,
-        match=r"wrapped in tests\.unit\.test_wrappers:Scaled, which "
-        r"was given arguments that are not JSON",
+        match=r"wrapped in tests\.unit\.test_wrappers:Scaled, which was built with arguments "
+        "that are not JSON",
     ):
         make(spec)
-    forgetful = Forgetful(make("countdown-plain"), factor=2.0).spec
-    assert forgetful is not None
-    with pytest.raises(EnvArgumentsError, match=r"super\(\)\.__init__\(env, NAME=VALUE\)"):
-        make(forgetful)
     local = Scaled(make("countdown-plain"), factor=2.0).spec
-    assert local is not None
+    assert local is not None and local.wrappers[0].kwargs == {"factor": 2.0}
     moved = local.wrappers[0].model_copy(update={"entry_point": "tests.unit.test_wrappers:Gone"})
     with pytest.raises(PluginLoadError, match="Gone, which failed to load: AttributeError"):
         make(local.model_copy(update={"wrappers": (moved,)}))
+    wrong = local.wrappers[0].model_copy(update={"kwargs": {"bogus": 1}})
+    with pytest.raises(EnvArgumentsError, match="could not be built with {'bogus': 1}"):
+        make(local.model_copy(update={"wrappers": (wrong,)}))
