@@ -49,7 +49,7 @@ async def loop_watchdog(
         return
     loop_thread = threading.get_ident()
     # Beats finer than `after_s`, so that a loop which only waits is never taken for a held one.
-    beat_s = min(BEAT_S, after_s / 4)
+    beat_s = max(0.005, min(BEAT_S, after_s / 4))
     answered = time.monotonic()
     done = threading.Event()
 

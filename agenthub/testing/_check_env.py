@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 
 from agenthub._env import Env
@@ -24,9 +25,9 @@ from agenthub._returns import (
     READ_AHEAD_S,
     checked_stop,
     checked_system_prompt,
+    checked_tasks,
     checked_tools,
     method_problems,
-    read_ahead,
     reset_problems,
     step_problems,
     task_problem,
@@ -175,6 +176,10 @@ async def _acheck(
     *,
     stalled: Callable[[CheckEnvError], None],
 ) -> None:
+    if not timeout_s > 0 or not max_block_s > 0:
+        raise ValueError(
+            f"timeout_s ({timeout_s:g}) and max_block_s ({max_block_s:g}) must be above 0"
+        )
     instance = make(env) if isinstance(env, str) else env if isinstance(env, Env) else env()
     checker = _Checker(instance, list(actions), max_steps, timeout_s, max_block_s)
 
@@ -281,7 +286,7 @@ class _Checker:
         self.check_spec(self.env.spec)
         picked = await self.pick_tasks(tasks)
         if picked and tasks is None:  # tasks given are what the caller checks the env on
-            self.read_splits()
+            await self.read_splits()
         draws = _GlobalDraws()
         for task in picked:
             with draws.watch():
@@ -362,15 +367,25 @@ class _Checker:
                 self.fail(f"task {task.id!r} changes in a JSON round trip")
         return list(tasks)
 
-    def read_splits(self) -> None:
+    async def read_splits(self) -> None:
         """Read on through each split as a run would: a bad line deep in a task file fails the
-        check, not a run. On the loop, where the watchdog sees a read that never returns."""
+        check, not a run. On the loop, letting it run every 50 ms, so that a read which stalls
+        it (a remote source without a timeout) is reported as one, and named while it stalls."""
         within_s = min(READ_AHEAD_S, self.timeout_s / 2)  # a slow source stops short of that
         for split in ("train", "held_out"):
             what = f"env.tasks({split!r})"
-            self.current, self.hint = what, _READ_WITHOUT_HANGING
+            read = 0
             try:
-                read_ahead(self.env.tasks(split), within_s, READ_AHEAD)
+                async with self.watch(what, _READ_WITHOUT_HANGING):
+                    started = paused = anyio.current_time()
+                    for _ in itertools.islice(checked_tasks(self.env.tasks(split)), READ_AHEAD):
+                        read += 1
+                        now = anyio.current_time()
+                        if now - started > within_s:
+                            break
+                        if now - paused > 0.05:
+                            await anyio.lowlevel.checkpoint()
+                            paused = anyio.current_time()
             except NoTaskSourceError:
                 continue  # a split it does not offer
             except TaskFileError:
@@ -378,10 +393,10 @@ class _Checker:
             except AgentHubError as exc:  # not a Task; the message says what it must be
                 self.fail(str(exc))
             except Exception as exc:
-                self.fail(
-                    f"{what} raised {type(exc).__name__}: {exc}{raised_at(exc)} (an env "
-                    f"without a {split!r} split raises agenthub.NoTaskSourceError for it)"
-                )
+                hint = ""
+                if not read and split != "train":  # perhaps a split it does not offer
+                    hint = f" (an env without a {split!r} split raises NoTaskSourceError for it)"
+                self.fail(f"{what} raised {type(exc).__name__}: {exc}{raised_at(exc)}{hint}")
 
     async def guarded(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         try:

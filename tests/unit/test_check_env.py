@@ -261,7 +261,60 @@ def test_the_longest_block_of_the_loop_is_the_one_reported() -> None:
     with pytest.raises(CheckEnvError) as raised:
         check_env(_BlocksTwiceEnv())
     blocks = [p for p in raised.value.problems if "blocked the event loop" in p]
-    assert len(blocks) == 1 and re.match(r"step #1 .* for 0\.9\d s", blocks[0]), blocks
+    assert len(blocks) == 1 and blocks[0].startswith("step #1 "), blocks
+    seconds = re.search(r"for ([0-9.]+) s", blocks[0])
+    assert seconds and float(seconds[1]) >= 0.9, blocks
+
+
+def test_a_limit_that_is_not_above_zero_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"timeout_s \(0\) and max_block_s \(0.25\) must be"):
+        check_env(_envs.CountdownEnv(), timeout_s=0)
+
+
+class _SlowSourceEnv(_envs.CountdownEnv):
+    """Its task source sets up for `setup_s`, then draws a task every 2 ms without end, and
+    stalls once for `stall_s` at the held-out split's fifth task; a split named in `missing`
+    raises KeyError."""
+
+    def __init__(self, setup_s: float = 0.0, stall_s: float = 0.0, missing: str = "") -> None:
+        super().__init__()
+        self.setup_s, self.stall_s, self.missing = setup_s, stall_s, missing
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        if split == self.missing:
+            raise KeyError(split)
+        time.sleep(self.setup_s)
+        for i in itertools.count():
+            time.sleep(0.002 + (self.stall_s if split == "held_out" and i == 4 else 0.0))
+            yield Task(id=f"{split}-{i}", prompt="Count down with me.", label=i % 3 + 2)
+
+
+def test_a_slow_endless_task_source_is_read_without_being_taken_for_a_block(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Both splits were read back to back without the loop running: their time added up past
+    # timeout_s, and `agenthub envs check` failed an env that never blocked for long.
+    with caplog.at_level(logging.WARNING):
+        check_env(_SlowSourceEnv(setup_s=0.2), timeout_s=1.0)
+    assert "blocked the event loop" not in caplog.text
+
+
+def test_a_task_source_that_stalls_is_reported_with_what_to_do() -> None:
+    with pytest.raises(CheckEnvError) as raised:
+        check_env(_SlowSourceEnv(stall_s=0.5), timeout_s=2.0)
+    [problem] = raised.value.problems
+    assert re.match(r"env\.tasks\('held_out'\) blocked the event loop for 0\.\d+ s", problem)
+    assert problem.endswith(
+        "give its reads a timeout, and yield tasks as they are read rather "
+        "than loading the whole source first"
+    )
+
+
+def test_a_held_out_split_an_env_lacks_is_told_to_raise_no_task_source_error() -> None:
+    with pytest.raises(CheckEnvError) as raised:
+        check_env(_SlowSourceEnv(missing="held_out"), timeout_s=2.0)
+    assert raised.value.problems[0].startswith("env.tasks('held_out') raised KeyError")
+    assert "raises NoTaskSourceError for it" in raised.value.problems[0]
 
 
 def test_the_blocking_limit_can_be_raised() -> None:
