@@ -213,16 +213,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _stdout_reader_gone() -> bool:
-    """Whether stdout is a pipe whose reading end is closed (poll reports an error on it)."""
+    """Whether stdout is a pipe or socket whose reading end is closed (poll reports an error
+    or a hang-up on it; a reader that is only slow leaves it merely unwritable)."""
     try:
         fd = sys.stdout.fileno()
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return False
+        mode = os.fstat(fd).st_mode
     except (AttributeError, OSError, ValueError):  # replaced by one with no file behind it
+        return False
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         return False
     poll = select.poll()
     poll.register(fd, select.POLLOUT)
-    return any(events & select.POLLERR for _, events in poll.poll(0))
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
 
 
 if __name__ == "__main__":

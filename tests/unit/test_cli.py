@@ -213,8 +213,9 @@ def test_output_into_a_pipe_closed_early_ends_quietly() -> None:
 
 
 @pytest.mark.parametrize("reader_gone", [False, True])
-def test_only_a_pipe_on_stdout_whose_reader_left_is_taken_for_a_quiet_end(
-    reader_gone: bool,
+@pytest.mark.parametrize("stdout", ["pipe", "socket"])
+def test_only_stdout_whose_reader_left_is_taken_for_a_quiet_end(
+    reader_gone: bool, stdout: str
 ) -> None:
     # Any BrokenPipeError ended the command with exit 1 and not a word, one from an env's own
     # subprocess pipe included.
@@ -222,13 +223,21 @@ def test_only_a_pipe_on_stdout_whose_reader_left_is_taken_for_a_quiet_end(
         "import sys, time; time.sleep(0.5); from agenthub.cli._main import _stdout_reader_gone;"
         "print(_stdout_reader_gone(), file=sys.stderr)"
     )
+    ours, theirs = socket.socketpair() if stdout == "socket" else (None, subprocess.PIPE)
     with subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", code], stdout=theirs, stderr=subprocess.PIPE
     ) as process:
-        assert process.stdout is not None and process.stderr is not None
+        assert process.stderr is not None
+        reader = ours or process.stdout
+        assert reader is not None
+        if stdout == "socket":
+            assert isinstance(theirs, socket.socket)
+            theirs.close()
         if reader_gone:
-            process.stdout.close()
+            reader.close()
         said = process.stderr.read().decode().strip()
+    if ours is not None:
+        ours.close()
     assert said == str(reader_gone)
 
 
