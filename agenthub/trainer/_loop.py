@@ -340,7 +340,7 @@ async def _check_env(cfg: TrainConfig) -> None:
     if cfg.eval.every:
         reader = f"held-out evaluation (eval.every={cfg.eval.every})"
         readers.setdefault(cfg.eval.split, (reader, cfg.eval.tasks))
-    with contextlib.redirect_stdout(sys.stderr):
+    with _stdout_to_stderr():
         try:
             env = make(cfg.env, **cfg.env_kwargs)
         except EnvArgumentsError as exc:
@@ -356,6 +356,26 @@ async def _check_env(cfg: TrainConfig) -> None:
                     raise AgentHubError(message) from exc
         finally:
             await env.aclose()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Inside, what is printed to stdout goes to stderr: Python's prints and, through the file
+    descriptor, those of subprocesses and native code."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptors 1 and 2 to speak of (a daemon): Python's alone
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _min_version(group: list[Trajectory]) -> int:

@@ -9,6 +9,7 @@ import itertools
 import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -270,19 +271,22 @@ def test_held_out_tasks_are_read_up_front_only_as_far_as_evaluation_reads(
 
 
 def test_what_an_env_prints_while_checked_up_front_goes_to_stderr(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     # stdout is the run's JSON summary: a "loading dataset..." line printed before it broke
     # every script reading that summary.
     register("test-printing-env", f"{__name__}:_PrintingEnv", override=True)
     asyncio.run(_check_env(load_config([], ["env=test-printing-env"])))
-    said = capsys.readouterr()
-    assert said.out == "" and "loading tasks" in said.err
+    print("the summary")
+    said = capfd.readouterr()
+    assert said.out == "the summary\n", said
+    assert "loading tasks" in said.err and "fetching data" in said.err
 
 
 class _PrintingEnv(Env[str]):
     def __init__(self) -> None:
         print("loading tasks")
+        subprocess.run(["echo", "fetching data"], check=True)  # as a download tool might
 
     def tasks(self, split: str = "train") -> list[Task]:
         return [Task(id=f"{split}-0", prompt="Say hi.")]
