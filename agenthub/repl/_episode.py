@@ -80,7 +80,9 @@ def reply_end(chat: ChatTokenizer, ids: Sequence[int], sampling: SamplingParams)
     at_token = next((i + 1 for i, token in enumerate(ids) if token in stop_ids), None)
     limit = len(ids) if at_token is None else at_token
 
-    def has_stop(n: int) -> bool:  # a prefix that holds a stop string, its longer ones do too
+    # A prefix that holds a stop string, its longer ones do too: decoding more tokens only
+    # extends the text (true of byte-level BPE, whose partial characters only trail it).
+    def has_stop(n: int) -> bool:
         text = chat.decode(ids[:n])
         return any(s in text for s in sampling.stop)
 
