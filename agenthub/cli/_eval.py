@@ -275,6 +275,13 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise AgentHubError(f"{flag} {seconds:g}: must be above 0")
     if "" in args.stop:
         raise AgentHubError("--stop '': a stop string cannot be empty")
+    if args.base_url is not None:
+        from agenthub.envs._http import url_list
+
+        try:
+            url_list(args.base_url, argument="--base-url", example="http://127.0.0.1:8000/v1")
+        except ValueError as exc:
+            raise AgentHubError(str(exc)) from exc
 
 
 @contextmanager
@@ -333,10 +340,13 @@ def _get(identity: dict[str, Any], key: str) -> Any:
 def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
     """Create `out`, or check it holds the same run; return the samples finished per task id.
     Episodes that ended in errors are not finished: their lines move to `FAILED`, to be run
-    again (after the env or server was fixed, say)."""
+    again (after the env or server was fixed, say). A run that finished no episode (its start
+    failed on a wrong --model or --base-url, say) holds nothing another run's settings could
+    mix with: it is taken over."""
     out.mkdir(parents=True, exist_ok=True)
     run_file = out / RUN
-    if run_file.exists():
+    trajectories = read_trajectories(out / TRAJECTORIES, repair=True)
+    if run_file.exists() and any(t.error is None for t in trajectories):
         previous = json.loads(run_file.read_text(encoding="utf-8"))
         changed = [
             key
@@ -351,7 +361,6 @@ def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
             )
     else:
         run_file.write_text(json.dumps(identity, indent=2) + "\n", encoding="utf-8")
-    trajectories = read_trajectories(out / TRAJECTORIES, repair=True)
     if failed := [t for t in trajectories if t.error is not None]:
         with (out / FAILED).open("a", encoding="utf-8") as kept:
             kept.writelines(t.model_dump_json() + "\n" for t in failed)
