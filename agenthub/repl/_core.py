@@ -201,12 +201,14 @@ class Repl:
         show_tokens(self.console, self._live(), self.chat, ids="ids" in args)
 
     async def _reset(self, args: tuple[str, ...]) -> None:
+        index = self.task_index
         if args:
             try:
-                self.task_index = int(args[0])
+                index = int(args[0])
             except ValueError as exc:
                 raise AgentHubError(f":reset N needs a task number, got {args[0]!r}") from exc
-        task = await self.tasks.get(self.task_index)
+        task = await self.tasks.get(index)  # a task that is not there leaves the current one
+        self.task_index = index
         self.replay = None
         await self._new_episode(task)
 

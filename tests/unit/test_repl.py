@@ -457,6 +457,8 @@ async def test_bad_env_ids_and_task_indices_fail_clearly(chat: ChatTokenizer) ->
         await h.repl.start()
     h = await started(chat)
     assert "error: task 5 does not exist" in await h.type(":reset 5")
+    # The task that is not there was kept, and a plain :reset failed on it again.
+    assert h.repl.task_index == 0 and "error" not in await h.type(":reset")
     out = await h.type(":reset 1")
     assert "Guess my number from 1 to 100." in out and h.repl.task_index == 1
     assert "not a trajectory" in await h.type(f":load {Path(__file__)}")
