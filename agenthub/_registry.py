@@ -59,10 +59,11 @@ def register(
     instead, so they are found without any import; `register` is for scripts, notebooks and
     tests.
     """
-    if not override and id in _registered:
+    if not override and (taken := _registered.get(id) or _entry_point_specs().get(id)):
         raise ValueError(
-            f"environment {id!r} is already registered to {_registered[id].entry_point}; "
-            "pass override=True to replace it"
+            f"environment {id!r} is already registered to {taken.entry_point}"
+            + (f" (package {taken.package!r})" if taken.package else "")
+            + "; pass override=True to replace it in this process, or choose another id"
         )
     if not isinstance(entry_point, str):
         entry_point = _import_path(entry_point)

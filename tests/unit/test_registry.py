@@ -64,6 +64,11 @@ def test_registering_twice_needs_override() -> None:
     with pytest.raises(ValueError, match="already registered"):
         register("countdown", "tests.unit._envs:EndlessEnv")
     register("countdown", "tests.unit._envs:EndlessEnv", override=True)
+    # A built-in (or a plugin's) id was replaced without a word.
+    with pytest.raises(
+        ValueError, match=r"'math' is already registered to .* \(package 'agenthub'\)"
+    ):
+        register("math", "tests.unit._envs:EndlessEnv")
     assert spec("countdown").entry_point.endswith("EndlessEnv")
 
 
