@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agenthub._errors import AgentHubError
@@ -219,7 +220,7 @@ def eval_command(args: argparse.Namespace) -> int:
     with _writable(out):
         (out / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(json.dumps({k: summary[k] for k in ("episodes", "mean_reward", "pass_at_k", "errors")}))
-    print(f"wrote {out / TRAJECTORIES} and {out / SUMMARY}")
+    print(f"wrote {out / TRAJECTORIES} and {out / SUMMARY}", file=sys.stderr)
     if failed := [t for t in trajectories if t.error is not None]:
         causes = ", ".join(f"{c} x{n}" for c, n in summary["errors"].items())
         last = failed[-1].error
@@ -547,12 +548,14 @@ class _Stats:
 
 
 def _progress() -> Progress:
+    # On stderr, as everything but the summary: stdout is one JSON line, for `| jq` and scripts.
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.fields[stats]}"),
+        console=Console(stderr=True),
     )
 
 

@@ -123,6 +123,19 @@ def test_model_must_be_a_model_directory(tmp_path: Path) -> None:
         resolve_model(str(tmp_path), needed=True)
 
 
+def test_eval_s_stdout_is_its_json_summary_alone(
+    tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The progress bar and a "wrote ..." line shared stdout with the summary: `| jq` failed.
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a", "prompt": "Go.", "label": 1}\n')
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks)]
+    assert main([*command, "--out", str(tmp_path / "out")]) == 0
+    said = capsys.readouterr()
+    assert json.loads(said.out)["episodes"] == 1, said.out
+    assert "wrote " in said.err
+
+
 def test_eval_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
