@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,9 +200,18 @@ def eval_command(args: argparse.Namespace) -> int:
     )
     wanted = {t.id for t in tasks}
     if work:
-        left = sum(len(samples) for _, samples in work)
+        kept = [
+            t
+            for t in read_trajectories(out / TRAJECTORIES)
+            if t.task_id in wanted and t.error is None and t.sample < args.k
+        ]
+        if kept:
+            print(
+                f"resuming: {len(kept)} of {total} episodes are kept from an earlier run in {out}",
+                file=sys.stderr,
+            )
         try:
-            play = functools.partial(_play, args, identity, config, work, out, total - left, total)
+            play = functools.partial(_play, args, identity, config, work, out, kept, total)
             anyio.run(_until_sigterm, play)
         except KeyboardInterrupt:
             _say_interrupted(out, wanted, total)
@@ -419,7 +428,7 @@ async def _play(
     config: RolloutConfig,
     work: list[tuple[Task, list[int]]],
     out: Path,
-    already: int,
+    kept: list[Trajectory],
     total: int,
 ) -> None:
     chat, engine = await _build_engine(args)
@@ -431,8 +440,8 @@ async def _play(
             (out / TRAJECTORIES).open("a", encoding="utf-8") as sink,
             _progress() as progress,
         ):
-            bar = progress.add_task("eval", total=total, completed=already, stats="")
-            stats = _Stats()
+            bar = progress.add_task("eval", total=total, completed=len(kept), stats="")
+            stats = _Stats(kept)
 
             async def write(trajectory: Trajectory) -> None:
                 sink.write(trajectory.model_dump_json() + "\n")
@@ -530,21 +539,31 @@ def resolve_model(
 
 
 class _Stats:
-    def __init__(self) -> None:
+    """The bar's figures: rates of this run's episodes, and the mean reward of every episode
+    the summary will count (those kept from an earlier run too), counted as it counts them."""
+
+    def __init__(self, kept: Sequence[Trajectory] = ()) -> None:
         self.start = time.perf_counter()
         self.episodes = 0
         self.tokens = 0
-        self.reward = 0.0
+        self.counted = len(kept)
+        self.reward = sum(_counted_reward(t) for t in kept)
 
     def add(self, trajectory: Trajectory) -> str:
         self.episodes += 1
         self.tokens += trajectory.num_generated_tokens
-        self.reward += trajectory.reward
+        self.counted += 1
+        self.reward += _counted_reward(trajectory)
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         return (
             f"{self.episodes / elapsed:.2f} ep/s  {self.tokens / elapsed:.0f} tok/s  "
-            f"reward {self.reward / self.episodes:.3f}"
+            f"reward {self.reward / self.counted:.3f}"
         )
+
+
+def _counted_reward(trajectory: Trajectory) -> float:
+    """An episode's reward as the summary counts it: 0 for one that ended in an error."""
+    return 0.0 if trajectory.error else trajectory.reward
 
 
 def _progress() -> Progress:
@@ -580,7 +599,7 @@ def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
     return {
         "episodes": n,
         "tasks": len(by_task),
-        "mean_reward": sum(0.0 if t.error else t.reward for t in trajectories) / n if n else None,
+        "mean_reward": sum(_counted_reward(t) for t in trajectories) / n if n else None,
         "mean_score": sum(scores) / n if n else None,
         "pass_at_k": pass_at,
         "terminated": sum(t.terminated for t in trajectories),

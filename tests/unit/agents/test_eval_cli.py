@@ -136,6 +136,24 @@ def test_eval_s_stdout_is_its_json_summary_alone(
     assert "wrote " in said.err
 
 
+def test_a_resumed_eval_says_what_it_kept_and_its_bar_averages_what_the_summary_does(
+    tmp_path: Path, tracked: list[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bar counted the kept episodes but averaged only the new ones' rewards (0.145 on the
+    # bar, 0.225 in the summary), and nothing said the run went on from an earlier one.
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(f'{{"id": "{i}", "prompt": "Go.", "label": 1}}\n' for i in "ab"))
+    command = ["eval", "--env", "eval-test-tracked", "--tasks", str(tasks)]
+    assert main([*command, "--out", str(tmp_path / "out"), "-n", "1"]) == 0
+    capsys.readouterr()
+    assert main([*command, "--out", str(tmp_path / "out")]) == 0
+    assert f"resuming: 1 of 2 episodes are kept from an earlier run in {tmp_path / 'out'}" in (
+        capsys.readouterr().err
+    )
+    stats = _eval._Stats([traj("a", 1.0), traj("b", 0.5, cause="env_error")])
+    assert stats.add(traj("c", 0.0)).endswith("reward 0.333")
+
+
 def test_eval_help_lists_its_options(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
