@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import itertools
 import json
 import math
 import os
+import select
 import signal
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -486,7 +489,59 @@ async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, Infere
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     assert model is not None
     chat = ChatTokenizer.from_pretrained(model)
-    return chat, VLLMEngine(model, seed=args.seed, max_num_seqs=max(1, args.concurrency))
+    with _interruptible_start():
+        vllm = VLLMEngine(model, seed=args.seed, max_num_seqs=max(1, args.concurrency))
+    return chat, vllm
+
+
+@contextmanager
+def _interruptible_start() -> Iterator[None]:
+    """vLLM's start-up holds this thread, and the event loop that answers SIGTERM, for up to a
+    minute, while its engine core, a child in the terminal's process group, gets a Ctrl-C too
+    and dies. vLLM swallows the KeyboardInterrupt inside its start-up handshake and waits out
+    its 10-minute timeout for the dead core (or fails with its own traceback). Nothing has been
+    evaluated yet, so meanwhile a Ctrl-C or SIGTERM ends the process at once, its children
+    with it; a thread of its own catches a signal the handshake would not wake for."""
+    import psutil  # type: ignore[import-untyped]
+
+    def quit_now() -> None:
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        print(
+            "agenthub: interrupted while the engine started; nothing more was evaluated, and "
+            "running the same command again starts it over",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(130)
+
+    heard, told = os.pipe()
+    os.set_blocking(told, False)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if select.select([heard], [], [], 0.1)[0] and os.read(heard, 64) and not done.is_set():
+                quit_now()
+
+    previous = {
+        sig: signal.signal(sig, lambda signum, frame: quit_now())
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    wakeup = signal.set_wakeup_fd(told)
+    watcher = threading.Thread(target=watch, name="agenthub-start-signals", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        signal.set_wakeup_fd(wakeup)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        watcher.join()
+        os.close(heard)
+        os.close(told)
 
 
 def resolve_model(

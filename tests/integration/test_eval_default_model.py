@@ -117,3 +117,38 @@ def run_eval(env_id: str, args: list[str], out: Path) -> dict[str, Any]:
     summary["rewards"] = [json.loads(line)["reward"] for line in lines]
     summary["lines"] = lines
     return summary
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_engine_starts_ends_eval_at_once(sig: str, tmp_path: Path) -> None:
+    # A Ctrl-C there killed the engine core (it shares the terminal's process group) and vLLM
+    # waited out its 10-minute start-up handshake for it; SIGTERM went unanswered as long.
+    import signal
+    import time
+
+    import psutil
+
+    command = [sys.executable, "-m", "agenthub", "eval", "--env", "math", "-n", "2"]
+    with subprocess.Popen(
+        [*command, "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as process:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            # The engine core is a spawned child of its own (not the resource tracker).
+            children = psutil.Process(process.pid).children()
+            if any("resource_tracker" not in " ".join(c.cmdline()) for c in children):
+                break
+            time.sleep(0.05)
+        os.killpg(process.pid, getattr(signal, sig))  # as a terminal's Ctrl-C, or `kill`
+        start = time.monotonic()
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and time.monotonic() - start < 10, err.decode()[-2000:]
+    assert "interrupted while the engine started" in err.decode()
+    assert not [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(tmp_path) in " ".join(p.info["cmdline"] or [])
+    ], "a process of the interrupted eval is left"
