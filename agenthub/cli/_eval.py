@@ -182,7 +182,10 @@ def eval_command(args: argparse.Namespace) -> int:
     _check_numbers(args)
     tasks = load_tasks(identity, args.n)
     with _writable(out):
-        done = prepare_out_dir(out, identity)
+        finished = prepare_out_dir(out, identity)
+    done: dict[str, set[int]] = defaultdict(set)
+    for t in finished:
+        done[t.task_id].add(t.sample)
     missing = {t.id: [i for i in range(args.k) if i not in done[t.id]] for t in tasks}
     work = [(t, missing[t.id]) for t in tasks if missing[t.id]]
     total = len(tasks) * args.k
@@ -203,11 +206,7 @@ def eval_command(args: argparse.Namespace) -> int:
     )
     wanted = {t.id for t in tasks}
     if work:
-        kept = [
-            t
-            for t in read_trajectories(out / TRAJECTORIES)
-            if t.task_id in wanted and t.error is None and t.sample < args.k
-        ]
+        kept = [t for t in finished if t.task_id in wanted and t.sample < args.k]
         if kept:
             print(
                 f"resuming: {len(kept)} of {total} episodes are kept from an earlier run in {out}",
@@ -350,8 +349,8 @@ def _get(identity: dict[str, Any], key: str) -> Any:
     return identity.get(key, _IDENTITY_DEFAULTS.get(key))
 
 
-def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
-    """Create `out`, or check it holds the same run; return the samples finished per task id.
+def prepare_out_dir(out: Path, identity: dict[str, Any]) -> list[Trajectory]:
+    """Create `out`, or check it holds the same run; return the episodes it finished.
     Episodes that ended in errors are not finished: their lines move to `FAILED`, to be run
     again (after the env or server was fixed, say). A run that finished no episode (its start
     failed on a wrong --model or --base-url, say) holds nothing another run's settings could
@@ -386,11 +385,7 @@ def prepare_out_dir(out: Path, identity: dict[str, Any]) -> dict[str, set[int]]:
             f"in {out / FAILED})",
             file=sys.stderr,
         )
-    done: dict[str, set[int]] = defaultdict(set)
-    for t in trajectories:
-        if t.error is None:
-            done[t.task_id].add(t.sample)
-    return done
+    return [t for t in trajectories if t.error is None]
 
 
 def read_trajectories(path: Path, *, repair: bool = False) -> list[Trajectory]:

@@ -70,7 +70,7 @@ def test_a_line_cut_off_by_a_crash_is_dropped_and_repaired(tmp_path: Path) -> No
 
 def test_resuming_into_a_different_run_is_refused(tmp_path: Path) -> None:
     identity = {"env": "e", "env_kwargs": {}, "tasks": None, "split": "held_out", "k": 1}
-    assert prepare_out_dir(tmp_path, identity) == {}
+    assert prepare_out_dir(tmp_path, identity) == []
     (tmp_path / "trajectories.jsonl").write_text(traj("a", 1.0).model_dump_json() + "\n")
     with pytest.raises(AgentHubError, match="different env_kwargs"):
         prepare_out_dir(tmp_path, {**identity, "env_kwargs": {"x": 1}})
@@ -82,10 +82,10 @@ def test_a_run_that_finished_no_episode_is_taken_over_by_the_corrected_command(
     # A start that failed on a mistyped --model left eval.json naming it, and the command
     # with the model corrected was refused as "a run with different model".
     identity = {"env": "e", "env_kwargs": {}, "tasks": None, "split": "held_out", "k": 1}
-    assert prepare_out_dir(tmp_path, {**identity, "model": "/tmp/typo"}) == {}
+    assert prepare_out_dir(tmp_path, {**identity, "model": "/tmp/typo"}) == []
     failed = traj("a", 0.0, cause="env_error")
     (tmp_path / "trajectories.jsonl").write_text(failed.model_dump_json() + "\n")
-    assert prepare_out_dir(tmp_path, {**identity, "model": "default"}) == {}
+    assert prepare_out_dir(tmp_path, {**identity, "model": "default"}) == []
     assert json.loads((tmp_path / "eval.json").read_text())["model"] == "default"
     assert (tmp_path / "failed.jsonl").read_text() == failed.model_dump_json() + "\n"
 
