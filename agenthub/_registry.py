@@ -172,8 +172,7 @@ def load_entry_point(spec: EnvSpec) -> Callable[..., Any]:
     except Exception as exc:
         raise _import_error(spec, module_name, exc) from exc
     try:
-        for part in attr_path.split("."):
-            target = getattr(target, part)
+        target = _attribute(target, attr_path)
     except Exception as exc:
         raise _not_loaded(spec, module_name, exc) from exc
     if not callable(target):
@@ -182,6 +181,13 @@ def load_entry_point(spec: EnvSpec) -> Callable[..., Any]:
             "it must export an agenthub.Env subclass or a function returning an agenthub.Env."
         )
     return target  # type: ignore[no-any-return]
+
+
+def _attribute(module: Any, path: str) -> Any:
+    """The attribute of `module` at the dotted `path` (`Outer.Inner`) of an entry point."""
+    for part in path.split("."):
+        module = getattr(module, part)
+    return module
 
 
 def _import_error(spec: EnvSpec, module_name: str, exc: Exception) -> PluginLoadError:
@@ -267,9 +273,7 @@ def _wrap(env: Env[Any], base: EnvSpec, wrapper: WrapperSpec) -> Env[Any]:
     where = f"{_describe(base)} is wrapped in {wrapper.entry_point}"
     module_name, _, attr_path = wrapper.entry_point.partition(":")
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr_path.split("."):
-            target = getattr(target, part)
+        target = _attribute(importlib.import_module(module_name), attr_path)
     except Exception as exc:
         raise PluginLoadError(
             f"{where}, which failed to load: {type(exc).__name__}: {exc}. A wrapper must be a "
