@@ -252,6 +252,8 @@ def reward_func(queries, prompts, labels):
         os._exit(3)
     if labels[0] == "hang":
         time.sleep(3600)
+    if labels[0] == "spin":  # one C call that never lets another thread of the worker run
+        sum(range(10**18))
     main = threading.current_thread() is threading.main_thread()
     return {"rewards": [1.0], "extra_logs": {"pid": os.getpid(), "main": float(main)}}
 """
@@ -298,7 +300,7 @@ async def test_a_worker_that_dies_fails_only_its_sample(tmp_path: Path) -> None:
     assert (await env.step("r")).reward == 1.0
 
 
-def _script(tmp_path: Path, then: str) -> list[str]:
+def _script(tmp_path: Path, then: str, hang: str = "hang") -> list[str]:
     """A user's script, without a main guard, whose reward worker hangs in a second call."""
     (tmp_path / "where.py").write_text(_WHERE)
     script = tmp_path / "score.py"
@@ -308,7 +310,7 @@ def _script(tmp_path: Path, then: str) -> list[str]:
         f"f = load_reward_func({str(tmp_path / 'where.py')!r}, processes=1)\n"
         "print(int(f(['q'], ['p'], ['']).extra_logs['pid'][0]), flush=True)\n"
         # Not a daemon, as the threads a call waits in are not: Python waits for them at exit.
-        "threading.Thread(target=f, args=(['q'], ['p'], ['hang'])).start()\n"
+        f"threading.Thread(target=f, args=(['q'], ['p'], [{hang!r}])).start()\n"
         f"{then}\n"
     )
     import sys
@@ -340,11 +342,13 @@ def test_a_script_exits_while_its_reward_worker_hangs(tmp_path: Path) -> None:
     assert leaving == "leaving" and _gone(int(worker), 5)
 
 
-def test_a_reward_worker_dies_with_its_killed_parent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hang", ["hang", "spin"])
+def test_a_reward_worker_dies_with_its_killed_parent(tmp_path: Path, hang: str) -> None:
+    # "spin" holds the worker's GIL: only the kernel's parent-death signal can end it.
     import subprocess
 
     with subprocess.Popen(
-        _script(tmp_path, "time.sleep(1); print('hung', flush=True); time.sleep(600)"),
+        _script(tmp_path, "time.sleep(1); print('hung', flush=True); time.sleep(600)", hang),
         stdout=subprocess.PIPE,
         text=True,
     ) as parent:

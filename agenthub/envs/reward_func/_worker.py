@@ -21,7 +21,7 @@ from agenthub._worker_process import become_worker
 
 
 def main() -> None:
-    replies = become_worker(death_signal=False)  # started by whichever thread calls first
+    replies = become_worker()
     sys.path[:] = pickle.load(sys.stdin.buffer)  # the parent's: the file imports as it did there
     from agenthub.envs.reward_func._function import import_reward_func
 
