@@ -7,6 +7,7 @@ written to the run directory as `config.json` so a run can always be reproduced 
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -239,6 +240,17 @@ def _problem(err: Any) -> str:
     if err["type"] == "value_error":  # one of the validators' own messages: it names its keys
         message = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
         return f"{where}: {message}" if where else message
+    if err["type"] in ("tuple_type", "list_type", "dict_type"):
+        # A lone word where a list or a table is meant: show the JSON the command line takes.
+        shape, example = (
+            ("a table", {"key": err["input"]})
+            if err["type"] == "dict_type"
+            else ("a list", [err["input"]])
+        )
+        return (
+            f"{where}: takes {shape}, got {err['input']!r}; on the command line write it as "
+            f"JSON, for example {where}='{json.dumps(example, default=str)}'"
+        )
     return f"{where or '(top)'}: {err['msg']}"
 
 

@@ -102,6 +102,33 @@ def test_bad_config_says_which_field_and_why(overrides: list[str], message: str)
         load_config([], overrides)
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "rollout.stop=</s>",
+            """rollout.stop: takes a list, got '</s>'; on the command line \
+write it as JSON, for example rollout.stop='["</s>"]'""",
+        ),
+        (
+            "env_kwargs=3",
+            """env_kwargs: takes a table, got 3; on the command line write it \
+as JSON, for example env_kwargs='{"key": 3}'""",
+        ),
+    ],
+)
+def test_a_lone_value_where_a_list_or_table_goes_shows_the_json_form(
+    override: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config([], ["env=math", override])
+    assert message in str(caught.value)
+    # and the form it shows is one the command line takes
+    key, _, _ = override.partition("=")
+    shown = message.rsplit(f"{key}=", 1)[1].strip("'")
+    assert load_config([], ["env=math", f"{key}={shown}"])
+
+
 def test_bad_config_files_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_config([tmp_path / "missing.toml"])
