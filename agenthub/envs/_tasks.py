@@ -26,7 +26,8 @@ def no_dataset_for(env: object, split: str) -> NoTaskSourceError:
         way = f"pass dataset=FILE for {split!r} too (env_kwargs.dataset=FILE in training)"
     return NoTaskSourceError(
         f"{type(env).__name__} was given a task file for another split but none for "
-        f"{split!r}: {way}"
+        f"{split!r}, and with a task file its generated tasks are off for every split (they "
+        f"would stand in for your data unnoticed): {way}"
     )
 
 
