@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import functools
 import itertools
 import logging
@@ -13,7 +14,7 @@ import shutil
 import tempfile
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,44 @@ def _watch_children() -> Any:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # a Ctrl-C or a killed process group does not reach it
     )
+
+
+_run_engine_core: Any = None
+"""vLLM's engine core entry point, while `_engine_core_in_own_group` stands in for it."""
+
+
+def _engine_core_in_own_group(*args: Any, **kwargs: Any) -> Any:
+    """The engine core's process, first leaving its parent's process group: a Ctrl-C typed in
+    the terminal then reaches the parent alone, which decides what it stops, instead of also
+    ending the engine core (vLLM's core shuts down on SIGINT). A forked core finds vLLM's entry
+    point here; a spawned one imports vLLM afresh, unpatched."""
+    os.setpgid(0, 0)
+    target = _run_engine_core
+    if target is None:
+        from vllm.v1.engine.core import EngineCoreProc
+
+        target = EngineCoreProc.run_engine_core
+    return target(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _engine_cores_in_own_group() -> Iterator[None]:
+    """While an engine starts, its core process is started in a process group of its own.
+    Where this vLLM names its entry point otherwise, the core stays in the caller's group."""
+    global _run_engine_core
+    from vllm.v1.engine.core import EngineCoreProc
+
+    original = EngineCoreProc.__dict__.get("run_engine_core")
+    if not isinstance(original, staticmethod):
+        yield
+        return
+    _run_engine_core = original.__func__
+    EngineCoreProc.run_engine_core = staticmethod(_engine_core_in_own_group)
+    try:
+        yield
+    finally:
+        EngineCoreProc.run_engine_core = original
+        _run_engine_core = None
 
 
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
@@ -146,6 +185,11 @@ class VLLMEngine(InferenceEngine):
     GPU), which `benchmarks/engine_cpu.py` measures; vLLM's set-up stays where the model is
     split across processes (tensor or pipeline parallel) or `VLLM_CPU_OMP_THREADS_BIND` asks
     for pinning.
+
+    `own_process_group` starts the engine core in a process group of its own, out of reach of
+    a Ctrl-C typed in the terminal, which otherwise ends it along with the caller's process
+    group: for interactive callers that go on after a Ctrl-C (`agenthub repl`). The engine
+    core still dies with its owner.
     """
 
     def __init__(
@@ -159,6 +203,7 @@ class VLLMEngine(InferenceEngine):
         kv_cache_gib: float | None = None,
         enforce_eager: bool | None = None,
         weight_transfer: str | None = None,
+        own_process_group: bool = False,
         **engine_kwargs: Any,
     ) -> None:
         _quiet_if_asked()
@@ -207,7 +252,8 @@ class VLLMEngine(InferenceEngine):
                 options["distributed_executor_backend"] = UniProcExecutor
         args = AsyncEngineArgs(**{**options, **engine_kwargs})
         self.model = str(model)
-        self._llm = AsyncLLM.from_engine_args(args)
+        with _engine_cores_in_own_group() if own_process_group else contextlib.nullcontext():
+            self._llm = AsyncLLM.from_engine_args(args)
         self._watchdog = _watch_children()
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import anyio
 from rich.console import Console
@@ -66,8 +71,17 @@ def repl_command(args: argparse.Namespace) -> int:
 
         # vLLM's start-up log would bury the episode; VLLM_LOGGING_LEVEL=INFO brings it back.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-
-        return VLLMEngine(model, seed=args.seed, max_num_seqs=1)
+        # The engine core runs in a process group of its own, so a Ctrl-C typed later (at the
+        # prompt, or to stop a reply) leaves it running. One typed while it starts can still
+        # reach it before it leaves the terminal's group, and it dies: that start failed
+        # because of the Ctrl-C, which the REPL reports as an interrupted entry.
+        with _hears_ctrl_c() as heard:
+            try:
+                return VLLMEngine(model, seed=args.seed, max_num_seqs=1, own_process_group=True)
+            except Exception as exc:
+                if heard():
+                    raise asyncio.CancelledError from exc
+                raise
 
     repl = Repl(
         env=args.env,
@@ -86,6 +100,27 @@ def repl_command(args: argparse.Namespace) -> int:
         Text(f"agenthub repl: env {args.env}, model {_name(model)}", style="bold"), markup=False
     )
     return run_terminal(repl)
+
+
+@contextlib.contextmanager
+def _hears_ctrl_c() -> Iterator[Callable[[], bool]]:
+    """Note each SIGINT, passing it on to the handler in place; yields whether one came."""
+    heard = False
+    previous = signal.getsignal(signal.SIGINT)
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        nonlocal heard
+        heard = True
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield lambda: heard
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _name(model: Path) -> str:

@@ -118,6 +118,10 @@ def test_a_session_on_a_plugin_env(tmp_path: Path, plugin_path: str) -> None:
         out = term.send(":tok\t")  # tab completion of commands
         assert "model-sampled (mask 1" in out and "typed by you (mask 0" in out
         assert "|<|im_start|>|" in out or "<|im_start|>" in out
+        # A terminal's Ctrl-C goes to its whole process group; the model's engine core, in a
+        # group of its own, lives on for the next :gen.
+        term.send("half a thought")
+        assert term.interrupt() == "repl-guess 3> "
 
         out = term.send(":undo")
         assert "undone: back at step 1" in out and "Higher." in out

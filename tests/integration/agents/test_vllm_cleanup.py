@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pytest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -18,7 +19,8 @@ import asyncio, os, sys
 from agenthub.agents import SamplingParams, VLLMEngine
 
 async def main():
-    engine = VLLMEngine(sys.argv[1], max_model_len=128)
+    own = sys.argv[2] == "own"
+    engine = VLLMEngine(sys.argv[1], max_model_len=128, own_process_group=own)
     await engine.generate([5, 6, 7], SamplingParams(max_tokens=2))
     import psutil
     children = psutil.Process().children(recursive=True)
@@ -38,9 +40,12 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(") ")[1].startswith("Z"))
 
 
-def test_engine_processes_die_with_their_owner(tiny_model: Path) -> None:
+@pytest.mark.parametrize("group", ["shared", "own"])
+def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str) -> None:
+    # "own": the engine core in a process group of its own (`agenthub repl`), out of reach of
+    # the terminal's Ctrl-C and of a kill of the owner's group, so only the watchdog ends it.
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(tiny_model)],
+        [sys.executable, "-c", OWNER, str(tiny_model), group],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -52,6 +57,10 @@ def test_engine_processes_die_with_their_owner(tiny_model: Path) -> None:
             line = owner.stdout.readline()
         children = [int(pid) for pid in line.split()[1:]]
         assert children, "vLLM runs its engine core in child processes"
+        cores = [p for p in map(psutil.Process, children) if "EngineCore" in p.name()]
+        assert cores, "vLLM's engine core is among them"
+        shared = [os.getpgid(core.pid) == os.getpgid(owner.pid) for core in cores]
+        assert shared == [group == "shared"] * len(cores)
         owner.send_signal(signal.SIGKILL)
         owner.wait(timeout=10)
         deadline = time.monotonic() + 15
