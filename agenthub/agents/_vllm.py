@@ -70,7 +70,11 @@ def _watch_children() -> Any:
 
     import psutil  # type: ignore[import-untyped]
 
-    children = [str(c.pid) for c in psutil.Process().children(recursive=True)]
+    children = [
+        str(child.pid)
+        for child in psutil.Process().children(recursive=True)
+        if not _is_resource_tracker(child)
+    ]
     return subprocess.Popen(
         [sys.executable, "-c", _WATCHDOG, str(os.getpid()), *children],
         stdin=subprocess.DEVNULL,
@@ -116,6 +120,18 @@ def _engine_cores_in_own_group() -> Iterator[None]:
     finally:
         EngineCoreProc.run_engine_core = original
         _run_engine_core = None
+
+
+def _is_resource_tracker(process: Any) -> bool:
+    """multiprocessing's resource tracker ends by itself once its owner is gone, after it
+    removes the named semaphores the owner leaked into /dev/shm; killed with the engine's
+    processes, it would leave them there."""
+    import psutil
+
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(process.cmdline())
+    except psutil.Error:
+        return False
 
 
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:

@@ -44,6 +44,7 @@ def _alive(pid: int) -> bool:
 def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str) -> None:
     # "own": the engine core in a process group of its own (`agenthub repl`), out of reach of
     # the terminal's Ctrl-C and of a kill of the owner's group, so only the watchdog ends it.
+    semaphores = set(Path("/dev/shm").glob("sem.mp-*"))
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, str(tiny_model), group],
         stdout=subprocess.PIPE,
@@ -73,6 +74,9 @@ def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str) -> 
     for pid in survivors:  # do not leave them running if the test fails
         os.kill(pid, signal.SIGKILL)
     assert not survivors, f"engine processes outlived their owner: {survivors}"
+    # multiprocessing's resource tracker, spared by the watchdog, removed what the owner left
+    leaked = set(Path("/dev/shm").glob("sem.mp-*")) - semaphores
+    assert not leaked, f"named semaphores left in /dev/shm: {sorted(map(str, leaked))}"
 
 
 FORGETFUL = """
