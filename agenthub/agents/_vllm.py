@@ -44,17 +44,40 @@ def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
 
 # Runs in its own process: waits for the engine's owner to die, then kills what the owner
 # left behind. vLLM's engine core outlives an owner killed with SIGKILL (or by Ray when a
-# driver dies) and would go on holding memory and cores.
+# driver dies), during its start-up too, and would go on holding memory and cores. Started
+# before the engine, it takes note of each process the owner starts until the owner writes the
+# engine's processes to its stdin, once the engine is up; those are what it kills.
 _WATCHDOG = """
-import os, signal, sys, time
-owner, *children = map(int, sys.argv[1:])
-while True:
+import os, select, signal, sys, time
+import psutil
+owner, *before = map(int, sys.argv[1:])
+engine, starting, listening = set(), True, True
+
+def owner_alive():
     try:
-        os.kill(owner, 0)
-    except ProcessLookupError:
-        break
-    time.sleep(1.0)
-for pid in children:
+        return psutil.Process(owner).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+while owner_alive():
+    if starting:
+        try:
+            for child in psutil.Process(owner).children(recursive=True):
+                if child.pid not in before and child.pid != os.getpid():
+                    if "multiprocessing.resource_tracker" not in " ".join(child.cmdline()):
+                        engine.add(child.pid)
+        except psutil.Error:
+            pass
+    wait = 0.25 if starting else 1.0
+    if not listening:
+        time.sleep(wait)
+    elif select.select([sys.stdin], [], [], wait)[0]:
+        line = sys.stdin.readline()
+        if not line:
+            listening = False
+        elif starting:
+            engine, starting = set(map(int, line.split())), False
+for pid in engine:
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -62,26 +85,49 @@ for pid in children:
 """
 
 
-def _watch_children() -> Any:
-    """Start a watchdog that kills this process's current children once this process is gone
-    (by any death, SIGKILL included). Returns the watchdog's `Popen`."""
-    import subprocess
-    import sys
+class _Watchdog:
+    """The watchdog process of one engine: started before the engine, told its processes once
+    the engine is up, stopped when the engine shuts down."""
 
-    import psutil  # type: ignore[import-untyped]
+    def __init__(self) -> None:
+        import subprocess
+        import sys
 
-    children = [
-        str(child.pid)
-        for child in psutil.Process().children(recursive=True)
-        if not _is_resource_tracker(child)
-    ]
-    return subprocess.Popen(
-        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), *children],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # a Ctrl-C or a killed process group does not reach it
-    )
+        import psutil  # type: ignore[import-untyped]
+
+        self._before = {child.pid for child in psutil.Process().children(recursive=True)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), *map(str, self._before)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C or a killed process group does not reach it
+        )
+
+    def engine_up(self) -> None:
+        """Name the engine's processes, the owner's children started since, but for
+        multiprocessing's resource tracker (see `_is_resource_tracker`)."""
+        import psutil
+
+        engine = [
+            str(child.pid)
+            for child in psutil.Process().children(recursive=True)
+            if child.pid not in self._before
+            and child.pid != self.proc.pid
+            and not _is_resource_tracker(child)
+        ]
+        stdin = self.proc.stdin
+        assert stdin is not None
+        with contextlib.suppress(OSError):  # a watchdog already gone has nothing to do
+            stdin.write((" ".join(engine) + "\n").encode())
+            stdin.flush()
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
 
 
 _run_engine_core: Any = None
@@ -268,9 +314,15 @@ class VLLMEngine(InferenceEngine):
                 options["distributed_executor_backend"] = UniProcExecutor
         args = AsyncEngineArgs(**{**options, **engine_kwargs})
         self.model = str(model)
-        with _engine_cores_in_own_group() if own_process_group else contextlib.nullcontext():
-            self._llm = AsyncLLM.from_engine_args(args)
-        self._watchdog = _watch_children()
+        watchdog = _Watchdog()
+        try:
+            with _engine_cores_in_own_group() if own_process_group else contextlib.nullcontext():
+                self._llm = AsyncLLM.from_engine_args(args)
+        except BaseException:
+            watchdog.stop()  # vLLM ends the processes of a failed start itself
+            raise
+        watchdog.engine_up()
+        self._watchdog = watchdog
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False
         self._gate = asyncio.Condition()
@@ -466,8 +518,7 @@ class VLLMEngine(InferenceEngine):
             self._closed = True
             atexit.unregister(self._at_exit)
             self._llm.shutdown()
-            self._watchdog.kill()  # the engine's processes are gone; nothing is left to reap
-            self._watchdog.wait()
+            self._watchdog.stop()  # the engine's processes are gone; nothing is left to reap
             # Dropped now, while the interpreter is whole: AsyncLLM.__del__ shuts down again
             # and fails noisily if it only runs at interpreter exit.
             del self._llm

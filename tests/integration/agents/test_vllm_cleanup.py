@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -77,6 +78,51 @@ def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str) -> 
     # multiprocessing's resource tracker, spared by the watchdog, removed what the owner left
     leaked = set(Path("/dev/shm").glob("sem.mp-*")) - semaphores
     assert not leaked, f"named semaphores left in /dev/shm: {sorted(map(str, leaked))}"
+
+
+STARTING = """
+import sys
+from agenthub.agents import VLLMEngine
+
+VLLMEngine(sys.argv[1], max_model_len=128)
+print("UP", flush=True)
+"""
+
+
+def test_an_engine_core_dies_with_an_owner_killed_while_it_starts(tiny_model: Path) -> None:
+    semaphores = set(Path("/dev/shm").glob("sem.mp-*"))
+    owner = subprocess.Popen(
+        [sys.executable, "-c", STARTING, str(tiny_model)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    cores: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not cores and time.monotonic() < deadline and owner.poll() is None:
+            time.sleep(0.2)
+            with contextlib.suppress(psutil.Error):
+                children = psutil.Process(owner.pid).children(recursive=True)
+                cores = [c for c in children if "EngineCore" in c.name()]
+        assert cores, "the engine core never started"
+        owner.kill()
+        out, _ = owner.communicate(timeout=10)
+        assert "UP" not in out, "the owner was killed after its engine was up, not during"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(_alive(c.pid) for c in cores):
+            time.sleep(0.5)
+        survivors = [c.pid for c in cores if _alive(c.pid)]
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert not survivors, f"the engine core outlived an owner killed during its start: {survivors}"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and set(Path("/dev/shm").glob("sem.mp-*")) - semaphores:
+        time.sleep(0.5)
+    assert not set(Path("/dev/shm").glob("sem.mp-*")) - semaphores
 
 
 FORGETFUL = """
