@@ -142,6 +142,11 @@ class RunConfig(ConfigSection):
     max_failed_groups: int = Field(32, ge=1)
     """Stop the run (checkpointing first) with an error when this many groups in a row end
     with an episode in error: a broken environment or engine, not bad luck."""
+    max_skipped_groups: int | None = Field(None, ge=1)
+    """Stop the run (checkpointing first) with an error when this many groups in a row carry
+    no signal (dynamic filtering skips them): without a step the policy does not change, so
+    more of the same groups would not either. None: 32 batches' worth (`algorithm.batch_groups`
+    x 32)."""
     wandb: Literal["auto", "online", "offline", "disabled"] = "auto"
     """Weights & Biases: `auto` logs online when credentials are set up, offline otherwise."""
     seed: int = 0

@@ -465,8 +465,10 @@ class _NoSignal:
     never varies on an env (every reply wrong, say) gives no step at all, which looks like a
     hang; the run says so when the count reaches 4 batches, then 8, 16, ..."""
 
-    def __init__(self, algo: AlgorithmConfig) -> None:
+    def __init__(self, algo: AlgorithmConfig, limit: int | None = None) -> None:
         self.algo = algo
+        self.limit = limit or 32 * algo.batch_groups
+        """How many skipped groups in a row stop the run (`run.max_skipped_groups`)."""
         self.kinds: Counter[str] = Counter()
         self._restart()
 
@@ -488,9 +490,12 @@ class _NoSignal:
             self.kinds[f"all {scores[0]:g}"] += 1
         else:
             self.kinds[f"mean {sum(scores) / len(scores):.2g}"] += 1
-        if self.in_a_row < self.notice_at:
-            return None
+        if self.in_a_row < self.notice_at or self.in_a_row >= self.limit:
+            return None  # not yet, or the run stops on it
         self.notice_at *= 2
+        return self._why()
+
+    def _why(self) -> str:
         seen = ", ".join(f"{kind} in {n}" for kind, n in self.kinds.most_common(4))
         bounds = ""
         if self.algo.filter_low is not None or self.algo.filter_high is not None:
@@ -505,6 +510,15 @@ class _NoSignal:
             "these tasks, give it easier ones or partial credit (try agenthub eval on the "
             "env). algorithm.filter_groups=false trains on such groups, which moves the policy "
             "only under an estimator without a group baseline (reinforce)"
+        )
+
+    def error(self, out: Path, step: int) -> AgentHubError:
+        return AgentHubError(
+            f"{self._why()}. Without a step the policy cannot change, so the run stopped "
+            f"rather than wait on more of the same; it is checkpointed at step {step}: "
+            f"continue it with agenthub train --out {out} --resume once the env or the model "
+            f"has changed (run.max_skipped_groups={self.limit} sets how many skipped "
+            "groups in a row stop a run)"
         )
 
 
@@ -535,7 +549,7 @@ class Trainer:
         self._sync_s = 0.0  # how long the last finished weight sync took
         self._pending_sync: asyncio.Task[None] | None = None
         self._failed = _FailedGroups()
-        self._no_signal = _NoSignal(config.algorithm)
+        self._no_signal = _NoSignal(config.algorithm, config.run.max_skipped_groups)
         self._failure: AgentHubError | None = None  # raised once the run is checkpointed
         self._set_up = False  # the run directory holds this run (--resume can find it)
 
@@ -929,6 +943,10 @@ class Trainer:
             if self._failed.in_a_row >= self.config.run.max_failed_groups:
                 self._failure = self._failed.error(self.config, self.dir.path, version)
                 self.stop(f"the last {self._failed.in_a_row} groups failed")
+                return None
+            if self._no_signal.in_a_row >= self._no_signal.limit:
+                self._failure = self._no_signal.error(self.dir.path, version)
+                self.stop(f"the last {self._no_signal.in_a_row} groups carried no signal")
                 return None
         return batch
 

@@ -470,6 +470,29 @@ def test_groups_that_never_carry_signal_are_reported_rather_than_waited_on(
     assert "scores: all 1 in 8" in said[0] and "algorithm.filter_groups=false" in said[0]
 
 
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(("limit", "stops_after"), [("run.max_skipped_groups=6", 6), ("", 64)])
+def test_a_run_whose_groups_never_carry_signal_stops_rather_than_spin(
+    tmp_path: Path, limit: str, stops_after: int
+) -> None:
+    # No step, no change of policy: the same groups for ever. `run.max_steps=2` used to spin
+    # until killed. By default the run stops after 32 batches' worth of groups.
+    import time
+
+    said: list[str] = []
+    overrides = ["env=math", "algorithm.batch_groups=2", *filter(None, [limit])]
+    trainer = Trainer(load_config([], overrides), tmp_path / "run", log=said.append)
+    trainer._queue = trainer._admission = _FlatGroups()
+    assert asyncio.run(trainer._assemble(0, [], time.monotonic() + 25)) is None
+    assert trainer.stop_reason == f"the last {stops_after} groups carried no signal"
+    message = str(trainer._failure)
+    assert message.startswith(f"the last {stops_after} groups gave nothing to train on")
+    assert "Without a step the policy cannot change" in message
+    assert f"agenthub train --out {tmp_path / 'run'} --resume" in message
+    assert f"run.max_skipped_groups={stops_after} sets" in message
+    assert all(f"the last {stops_after} groups" not in line for line in said), "said once"
+
+
 def test_a_held_out_evaluation_names_its_failed_episodes_and_gives_no_reward_without_any() -> None:
     # All ten failing used to read "held-out reward nan at step 0 (10 episodes, ...)".
     from agenthub.trainer._loop import _evaluated
