@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -256,7 +256,44 @@ def _problem(err: Any) -> str:
             f"{where}: takes {shape}, got {err['input']!r}; on the command line write it as "
             f"JSON, for example {where}='{json.dumps(example, default=str)}'"
         )
+    if err["type"] == "extra_forbidden":
+        return f"{where}: there is no such setting{_unknown_key_hint(err['loc'], err['input'])}"
     return f"{where or '(top)'}: {err['msg']}"
+
+
+def _unknown_key_hint(loc: tuple[Any, ...], value: Any) -> str:
+    """A close setting's name; at the top, where an env argument is a common slip
+    (`agenthub eval` takes them bare), the `env_kwargs.` form too."""
+    import difflib
+
+    section: Any = TrainConfig
+    for part in loc[:-1]:
+        field = section.model_fields.get(part)
+        kinds = (field.annotation, *get_args(field.annotation)) if field else ()
+        models = [t for t in kinds if isinstance(t, type) and issubclass(t, ConfigSection)]
+        if not models:
+            return ""
+        section = models[0]
+    key, prefix = str(loc[-1]), "".join(f"{part}." for part in loc[:-1])
+    close = [prefix + c for c in difflib.get_close_matches(key, section.model_fields, 1, 0.7)]
+    if len(loc) > 1:
+        return f" (did you mean {close[0]}?)" if close else f" in {loc[-2]}"
+    if isinstance(value, dict):  # a section's name mistyped
+        return f" (did you mean {close[0]}?)" if close else ""
+    # A section's setting given without its section: `seed=1` for `run.seed=1`.
+    nested = {
+        f"{name}.{leaf}": leaf
+        for name, field in TrainConfig.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, ConfigSection)
+        for leaf in field.annotation.model_fields
+    }
+    near = set(difflib.get_close_matches(key, set(nested.values()), 3, 0.8))
+    close += [path for path, leaf in nested.items() if leaf in near][:3]
+    shown = value if isinstance(value, str) else json.dumps(value, default=str)
+    env_argument = f"env_kwargs.{key}={shown}"
+    if close:
+        return f" (did you mean {' or '.join(close)}, or the env's argument, {env_argument}?)"
+    return f"; an argument of the env goes under env_kwargs: {env_argument}"
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:

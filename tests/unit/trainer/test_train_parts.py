@@ -71,7 +71,8 @@ def test_resolved_config_round_trips_as_the_base_of_a_resumed_run() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env=math", "learner.lrr=1"], "learner.lrr: Extra inputs are not permitted"),
+        (["env=math", "learner.lrr=1"], "learner.lrr: there is no such setting"),
+        (["env=math", "rollout.zzz=1"], "rollout.zzz: there is no such setting in rollout. "),
         (["env=math", "learner.lr=-1"], "learner.lr: Input should be greater than 0"),
         (["env=math", "algorithm.estimator=ppo"], "algorithm.estimator"),
         (["learner.lr=1"], "env: Field required"),
@@ -127,6 +128,28 @@ def test_a_lone_value_where_a_list_or_table_goes_shows_the_json_form(
     key, _, _ = override.partition("=")
     shown = message.rsplit(f"{key}=", 1)[1].strip("'")
     assert load_config([], ["env=math", f"{key}={shown}"])
+
+
+@pytest.mark.parametrize(
+    ("override", "hint"),
+    [
+        ("run.max_step=2", " (did you mean run.max_steps?)"),
+        ("learner.critic.lrr=1", " (did you mean learner.critic.lr?)"),
+        ("runn.max_steps=2", " (did you mean run?)"),
+        # eval takes the env's arguments bare; train keeps them under env_kwargs
+        ("num_tasks=10", "; an argument of the env goes under env_kwargs: env_kwargs.num_tasks=10"),
+        (
+            "max_turns=3",
+            " (did you mean rollout.max_turns, or the env's argument, env_kwargs.max_turns=3?)",
+        ),
+        ("seed=3", " (did you mean run.seed, or the env's argument, env_kwargs.seed=3?)"),
+    ],
+)
+def test_an_unknown_setting_names_the_one_meant(override: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config([], ["env=math", override])
+    key = override.split("=")[0].split(".max_steps")[0]
+    assert f"{key}: there is no such setting{hint}" in str(caught.value)
 
 
 def test_bad_config_files_name_the_file(tmp_path: Path) -> None:
