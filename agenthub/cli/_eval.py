@@ -25,9 +25,10 @@ import anyio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agenthub._errors import AgentHubError
+from agenthub._errors import AgentHubError, NoTaskSourceError
 from agenthub._registry import make
 from agenthub._returns import checked_tasks
+from agenthub._tracebacks import raised_at
 from agenthub._types import Task
 from agenthub.agents import (
     ChatTokenizer,
@@ -334,7 +335,7 @@ def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
             selected = list(itertools.islice(tasks, n))
         else:
             # A procedural task source may be endless: take only what is asked for.
-            selected = list(itertools.islice(checked_tasks(env.tasks(identity["split"])), n))
+            selected = list(itertools.islice(checked_tasks(_env_tasks(env, identity)), n))
     finally:
         anyio.run(env.aclose)
     ids = Counter(t.id for t in selected)
@@ -343,6 +344,26 @@ def load_tasks(identity: dict[str, Any], n: int | None) -> list[Task]:
     if not selected:
         raise AgentHubError("no tasks to evaluate")
     return selected
+
+
+def _env_tasks(env: Any, identity: dict[str, Any]) -> Iterator[Task]:
+    """The env's tasks of the split asked for; its failure, which is the env's bug or a split
+    it lacks, said in a line that names where it happened and what to give instead."""
+    split = identity["split"]
+    try:
+        yield from env.tasks(split)
+    except NoTaskSourceError as exc:
+        other = "train" if split != "train" else "held_out"
+        raise AgentHubError(
+            f"{str(exc).rstrip('.')}. Give tasks with --tasks FILE, or evaluate another split "
+            f"(--split {other})"
+        ) from exc
+    except AgentHubError:
+        raise
+    except Exception as exc:
+        raise AgentHubError(
+            f"the env's tasks({split!r}) raised {type(exc).__name__}: {exc}{raised_at(exc)}"
+        ) from exc
 
 
 def _get(identity: dict[str, Any], key: str) -> Any:

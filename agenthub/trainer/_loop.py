@@ -335,6 +335,7 @@ async def _check_env(cfg: TrainConfig) -> None:
     from agenthub._errors import EnvArgumentsError
     from agenthub._registry import make
     from agenthub._returns import READ_AHEAD, READ_AHEAD_S, read_ahead
+    from agenthub._tracebacks import raised_at
 
     readers = {"train": ("training", READ_AHEAD)}
     if cfg.eval.every:
@@ -350,9 +351,14 @@ async def _check_env(cfg: TrainConfig) -> None:
                 try:
                     if read_ahead(env.tasks(split), READ_AHEAD_S, limit) == 0:
                         raise AgentHubError(f"environment {cfg.env!r} gives no {split!r} tasks")
-                except (AgentHubError, ValueError, OSError) as exc:
+                except Exception as exc:
                     hint = "" if split == "train" else "; or set eval.every=0"
-                    message = f"{reader} reads split {split!r}: {str(exc).rstrip('.')}{hint}"
+                    what = str(exc).rstrip(".")
+                    if not isinstance(exc, AgentHubError | ValueError | OSError):
+                        # the env's own bug: say what it raised, and where
+                        what = f"the env's tasks({split!r}) raised {type(exc).__name__}: "
+                        what += f"{exc}{raised_at(exc)}"
+                    message = f"{reader} reads split {split!r}: {what}{hint}"
                     raise AgentHubError(message) from exc
         finally:
             await env.aclose()

@@ -100,3 +100,18 @@ class CalcEnv(Env[str]):
             return Step("", 1.0, terminated=True)
         a, _, b = action.rstrip("=").partition("*")
         return Step(f" [calc] {int(a) * int(b)}\n", 0.0)
+
+
+class TrainOnlyEnv(GuessEnv):
+    """A common slip: `tasks` looks its split up in a dict that holds only 'train'."""
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        seeds = {"train": 0}
+        yield Task(id=f"{split}-{seeds[split]}", prompt="Guess my number from 1 to 10.", label=10)
+
+
+class NoTasksEnv(GuessEnv):
+    """An env that brings no tasks of its own: they come from a task file."""
+
+    def tasks(self, split: str = "train") -> Iterator[Task]:
+        return Env.tasks(self, split)  # type: ignore[return-value]

@@ -514,3 +514,22 @@ def test_token_ids_are_bounded_by_the_model_s_padded_vocabulary(tmp_path: Path) 
     assert _eval._vocab_size(tmp_path, 151_665) == 151_936
     (tmp_path / "config.json").write_text('{"vocab_size": 100}')
     assert _eval._vocab_size(tmp_path, 151_665) == 151_665
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        (
+            "TrainOnlyEnv",
+            "the env's tasks('held_out') raised KeyError: 'held_out' (raised at ",
+        ),
+        ("NoTasksEnv", "Give tasks with --tasks FILE, or evaluate another split (--split train)"),
+    ],
+)
+def test_an_env_whose_tasks_fail_is_named_in_a_line(env: str, said: str) -> None:
+    identity = {"env": f"tests.unit._repl_envs:{env}", "env_kwargs": {}, "tasks": None}
+    with pytest.raises(AgentHubError) as caught:
+        _eval.load_tasks({**identity, "split": "held_out"}, 2)
+    assert said in str(caught.value)
+    if env == "TrainOnlyEnv":
+        assert "_repl_envs.py:" in str(caught.value) and "in tasks)" in str(caught.value)

@@ -305,6 +305,19 @@ def test_a_bad_line_deep_in_a_task_file_stops_a_run_before_ray_starts(
         asyncio.run(_check_env(config))
 
 
+def test_an_env_whose_tasks_raise_is_named_in_a_line_before_ray_starts() -> None:
+    # A KeyError from the env's own `tasks` came out as a raw traceback.
+    config = load_config([], ["env=tests.unit._repl_envs:TrainOnlyEnv", "eval.every=5"])
+    with pytest.raises(AgentHubError) as caught:
+        asyncio.run(_check_env(config))
+    message = str(caught.value)
+    assert message.startswith(
+        "held-out evaluation (eval.every=5) reads split 'held_out': the env's "
+        "tasks('held_out') raised KeyError: 'held_out' (raised at "
+    )
+    assert "_repl_envs.py:" in message and message.endswith("; or set eval.every=0")
+
+
 def test_held_out_tasks_are_read_up_front_only_as_far_as_evaluation_reads(
     tmp_path: Path,
 ) -> None:
