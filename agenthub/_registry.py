@@ -28,7 +28,7 @@ from agenthub._errors import (
 )
 from agenthub._returns import method_problems
 from agenthub._spec import EnvSpec, WrapperSpec
-from agenthub._tracebacks import raised_at
+from agenthub._tracebacks import described, raised_at
 
 _ANY_TYPES = ConfigDict(arbitrary_types_allowed=True)
 
@@ -201,7 +201,7 @@ def _import_error(spec: EnvSpec, module_name: str, exc: Exception) -> PluginLoad
         return PluginLoadError(f"{_describe(spec)} failed to load: {where}")
     return PluginLoadError(
         f"{_describe(spec)} failed to load: importing {module_name} raised "
-        f"{type(exc).__name__}: {exc}{raised_at(exc)}"
+        f"{described(exc)}{raised_at(exc)}"
     )
 
 
@@ -209,12 +209,12 @@ def _not_loaded(spec: EnvSpec, module_name: str, exc: Exception) -> PluginLoadEr
     """The error for an entry point that names no module or attribute there is."""
     if module_name == "__main__":
         return PluginLoadError(
-            f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. It was "
+            f"{_describe(spec)} failed to load: {described(exc)}. It was "
             "registered from a script, whose classes only that script's process finds: "
             "move the env into a module this process can import"
         )
     return PluginLoadError(
-        f"{_describe(spec)} failed to load: {type(exc).__name__}: {exc}. The entry point "
+        f"{_describe(spec)} failed to load: {described(exc)}. The entry point "
         "must name 'module:Attr' where Attr is an agenthub.Env subclass or a function "
         "returning an agenthub.Env; check that the package is installed in this Python."
     )
@@ -247,7 +247,7 @@ def make(id: str | EnvSpec, **kwargs: Any) -> Env[Any]:
         ) from exc
     except Exception as exc:
         raise EnvBuildError(
-            f"{_describe(base)} failed to build with {arguments}: {type(exc).__name__}: {exc}"
+            f"{_describe(base)} failed to build with {arguments}: {described(exc)}"
         ) from exc
     if not isinstance(env, Env):
         raise PluginLoadError(
@@ -276,7 +276,7 @@ def _wrap(env: Env[Any], base: EnvSpec, wrapper: WrapperSpec) -> Env[Any]:
         target = _attribute(importlib.import_module(module_name), attr_path)
     except Exception as exc:
         raise PluginLoadError(
-            f"{where}, which failed to load: {type(exc).__name__}: {exc}. A wrapper must be a "
+            f"{where}, which failed to load: {described(exc)}. A wrapper must be a "
             "class at the top level of a module this process can import"
         ) from exc
     if not (isinstance(target, type) and issubclass(target, Wrapper)):

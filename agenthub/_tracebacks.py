@@ -48,6 +48,12 @@ def frames_of(exc: BaseException) -> list[Frame]:
     return [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(exc.__traceback__)]
 
 
+def described(exc: BaseException) -> str:
+    """`KeyError: 'held_out'`, or the type's name alone for an exception without a message
+    (`NotImplementedError`, not `NotImplementedError: `)."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def raised_at(exc: BaseException, *, fallback: bool = True) -> str:
     """` (raised at FILE:LINE, in FUNCTION)`, for a one-line report of an env's failure that
     points at the line to look at.

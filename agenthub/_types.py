@@ -104,7 +104,9 @@ class Step(Generic[ObsT]):
     def __post_init__(self) -> None:
         # A step is stored as JSON and summed: numpy's numbers and bools become Python's here.
         if not _real(self.reward):
-            raise TypeError(f"Step.reward must be a float, got {type(self.reward).__name__}")
+            hint = "; a pass/fail reward is a number: wrap it in float(...)"
+            hint = hint if isinstance(self.reward, bool) or _numpy_bool(self.reward) else ""
+            raise TypeError(f"Step.reward must be a float, got {type(self.reward).__name__}{hint}")
         reward = float(self.reward)
         if not math.isfinite(reward):
             raise ValueError(f"Step.reward must be finite, got {reward}")

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agenthub._tracebacks import described
 from agenthub._types import Message
 from agenthub.agents._errors import ChatTemplateError
 
@@ -83,7 +84,7 @@ class ChatTokenizer:
             roles = [m.role for m in messages if not any(m is base for base in _BASE)]
             raise ChatTemplateError(
                 f"the model's chat template cannot render messages with roles {roles}: "
-                f"{type(exc).__name__}: {exc}; send roles the template takes (many take only "
+                f"{described(exc)}; send roles the template takes (many take only "
                 "system, user and assistant, or want them to alternate)"
             ) from exc
         assert isinstance(text, str)

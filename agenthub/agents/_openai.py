@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from agenthub._tracebacks import described
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import EngineError
 
@@ -121,7 +122,7 @@ class OpenAIEngine(InferenceEngine):
         try:
             response = await self._client.post(path, json=body)
         except httpx.HTTPError as exc:
-            raise EngineError(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from exc
+            raise EngineError(f"{self.base_url}{path}: {described(exc)}") from exc
         if response.status_code != 200:
             raise EngineError(
                 f"{self.base_url}{path} answered {response.status_code}: {response.text[:500]}"
@@ -145,7 +146,7 @@ class OpenAIEngine(InferenceEngine):
             cards: list[dict[str, Any]] = response.json()["data"]
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             raise EngineError(
-                f"could not list models at {self.base_url}/models ({type(exc).__name__}: {exc}); "
+                f"could not list models at {self.base_url}/models ({described(exc)}); "
                 "is an OpenAI-compatible server running there?"
             ) from exc
         for card in cards:

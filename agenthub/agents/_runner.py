@@ -25,7 +25,7 @@ from agenthub._returns import (
     step_problems,
 )
 from agenthub._spec import EnvSpec
-from agenthub._tracebacks import raised_at
+from agenthub._tracebacks import described, raised_at
 from agenthub._transcript import stepping
 from agenthub._types import Step, Task
 from agenthub._watchdog import loop_watchdog
@@ -105,7 +105,7 @@ def _read(env: Env[Any], what: str, checked: Callable[[Env[Any]], T]) -> T:
     try:
         return checked(env)
     except Exception as exc:
-        detail = str(exc) if isinstance(exc, EnvReturnError) else f"{type(exc).__name__}: {exc}"
+        detail = str(exc) if isinstance(exc, EnvReturnError) else f"{described(exc)}"
         raise _Failed("env_error", f"{what}: {detail}") from exc
 
 
@@ -233,9 +233,7 @@ class EpisodeRunner:
             try:
                 await env.aclose()
             except Exception as exc:
-                return EpisodeError(
-                    cause="env_error", message=f"aclose: {type(exc).__name__}: {exc}"
-                )
+                return EpisodeError(cause="env_error", message=f"aclose: {described(exc)}")
         return None
 
     async def _play(self, env: Env[Any], task: Task, sample: int, state: _Episode) -> None:
@@ -320,15 +318,13 @@ class EpisodeRunner:
             # scorer returned, or a reward server's failure, has no line of the user's to name.
             wrapped = exc.__cause__ if isinstance(exc, RewardFuncError) else None
             where = "" if wrapped is None else raised_at(wrapped, fallback=False)
-            raise _Failed("score_error", f"{type(exc).__name__}: {exc}{where}") from exc
+            raise _Failed("score_error", f"{described(exc)}{where}") from exc
         except _Failed:
             raise
         except (Exception, SystemExit) as exc:
             # The env is user code: its failure (even a sys.exit deep in some library it calls)
             # is data about this episode, not the end of the run.
-            raise _Failed(
-                "env_error", f"{what}: {type(exc).__name__}: {exc}{raised_at(exc)}"
-            ) from exc
+            raise _Failed("env_error", f"{what}: {described(exc)}{raised_at(exc)}") from exc
         finally:
             state.timings.env_s += time.perf_counter() - started
 
@@ -377,7 +373,7 @@ class EpisodeRunner:
             return _failed(trajectory, failure.error)
         except Exception as exc:
             # A scorer is user code too: its failure belongs to this episode only.
-            message = f"{type(exc).__name__}: {exc}"
+            message = f"{described(exc)}"
             return _failed(trajectory, EpisodeError(cause="score_error", message=message))
         finally:
             trajectory.timings.score_s = time.perf_counter() - started

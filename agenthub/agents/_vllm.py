@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agenthub._tracebacks import described
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import EngineError
 
@@ -482,7 +483,7 @@ class VLLMEngine(InferenceEngine):
         """A round that failed part-way leaves weights that are neither the old nor the new
         ones: the engine refuses requests from then on, the held ones included."""
         self._broken = (
-            f"a weight sync failed part-way ({type(exc).__name__}: {exc}), so the engine's "
+            f"a weight sync failed part-way ({described(exc)}), so the engine's "
             "weights are neither the old nor the new ones; start a new engine (a training run "
             "resumes from its last checkpoint with --resume)"
         )

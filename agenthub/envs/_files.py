@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from agenthub._errors import AgentHubError, TaskFileError
+from agenthub._tracebacks import described
 from agenthub.envs import _openrlhf
 
 
@@ -59,5 +60,5 @@ def import_user_file(path: Path, *, kind: str, error: type[AgentHubError]) -> Mo
         missing = _openrlhf.missing_import(exc, path)
         if missing is not None:
             raise error(f"{kind} file {path} {missing}") from exc
-        raise error(f"importing {kind} file {path} raised {type(exc).__name__}: {exc}") from exc
+        raise error(f"importing {kind} file {path} raised {described(exc)}") from exc
     return module

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._returns import EnvReturnError
+from agenthub._tracebacks import described
 from agenthub._types import Observation, Step, Task
 from agenthub.agents import ChatTokenizer, SamplingParams
 from agenthub.repl._episode import Episode, TokenKind
@@ -128,7 +129,7 @@ def show_failure(
         console.print(Text(f"{cause}: {exc}", style="bold red"), markup=False)
         return
     console.print(
-        Text(f"{cause}: {what} raised {type(exc).__name__}: {exc}", style="bold red"),
+        Text(f"{cause}: {what} raised {described(exc)}", style="bold red"),
         markup=False,
     )
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

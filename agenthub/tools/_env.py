@@ -13,6 +13,7 @@ import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from agenthub._env import Env
+from agenthub._tracebacks import described
 from agenthub._transcript import transcript
 from agenthub._types import Message, Step, Task
 from agenthub.tools._calls import ToolCall, parse_tool_calls
@@ -181,7 +182,7 @@ class ToolEnv(Env[list[Message]], abc.ABC):
                     functools.partial(function, **arguments), abandon_on_cancel=True
                 )
         except (Exception, SystemExit) as exc:
-            return f"error: {call.name} raised {type(exc).__name__}: {exc}"
+            return f"error: {call.name} raised {described(exc)}"
         try:
             text = result if isinstance(result, str) else _json(result)
         except (TypeError, ValueError) as exc:

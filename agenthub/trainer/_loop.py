@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agenthub._errors import AgentHubError
+from agenthub._tracebacks import described
 from agenthub.agents import Trajectory
 from agenthub.agents._trajectory import mean_extra_logs
 from agenthub.trainer._config import AlgorithmConfig, TrainConfig
@@ -663,7 +664,7 @@ class Trainer:
                 self.log(f"the run failed: {type(exc).__name__}. {self._how_to_go_on()}")
             full = None if isinstance(exc, AgentHubError) else _disk_full(self.dir.path)
             if full is not None:  # writers fail in their own words (torch: "unexpected pos")
-                raise AgentHubError(f"{full}; {type(exc).__name__}: {exc}") from exc
+                raise AgentHubError(f"{full}; {described(exc)}") from exc
             raise
         finally:
             if owns_ray and ray.is_initialized():

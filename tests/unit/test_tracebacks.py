@@ -95,3 +95,10 @@ def test_a_live_stack_names_the_user_s_line_else_the_plugin_that_calls_a_library
     script = (os.path.join(os.sep, "home", "me", "run.py"), 3, "<module>")
     assert blamed([script, *plugin]) == 2
     assert blamed([script, *own]) == 3
+
+
+def test_an_exception_without_a_message_is_described_by_its_type_alone() -> None:
+    from agenthub._tracebacks import described
+
+    assert described(KeyError("held_out")) == "KeyError: 'held_out'"
+    assert described(NotImplementedError()) == "NotImplementedError"

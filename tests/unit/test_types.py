@@ -75,3 +75,11 @@ def test_env_spec_is_frozen_json_and_checks_entry_point() -> None:
         spec.id = "y"  # type: ignore[misc]
     with pytest.raises(ValidationError, match="package.module:Attr"):
         EnvSpec(id="x", entry_point="pkg.mod.Cls")
+
+
+@pytest.mark.parametrize("passed", [True, np.bool_(False)])
+def test_a_pass_fail_reward_is_refused_with_the_way_to_write_it(passed: object) -> None:
+    # `Step(obs, guess == secret)` reads as a reward of 1 or 0, but a bool there is as often
+    # `terminated` in the wrong place: refused, with how to mean it.
+    with pytest.raises(TypeError, match=r"got .*bool.*; a pass/fail reward is a number: wrap it"):
+        Step([], passed)  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agenthub._errors import AgentHubError
+from agenthub._tracebacks import described
 from agenthub.envs.reward_func import RewardOutput
 
 _logger = logging.getLogger("agenthub.serve_rm")
@@ -151,7 +152,7 @@ class _Batcher:
         except BaseException as exc:  # not raised on: the server must keep answering, saying why
             exc = _alone(exc)
             _logger.error("agenthub serve-rm: the scoring loop stopped", exc_info=exc)
-            self._stop(f"the scoring loop stopped on {_describe(exc)}; restart agenthub serve-rm")
+            self._stop(f"the scoring loop stopped on {described(exc)}; restart agenthub serve-rm")
 
     async def _loop(self) -> None:
         free = anyio.Semaphore(self.concurrency)
@@ -197,7 +198,7 @@ class _Batcher:
             if isinstance(exc, AgentHubError):  # its message is written for the client
                 batch[0].error = str(exc)
             else:
-                batch[0].error = f"{_describe(exc)} (the server's log has the traceback)"
+                batch[0].error = f"{described(exc)} (the server's log has the traceback)"
         else:
             for request, part in zip(batch, outputs, strict=True):
                 request.output = part
@@ -213,10 +214,6 @@ def _alone(exc: BaseException) -> BaseException:
         exc = inner[0]
         inner = getattr(exc, "exceptions", None)
     return exc
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _split(output: RewardOutput, sizes: list[int]) -> list[RewardOutput]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._errors import AgentFuncError
+from agenthub._tracebacks import described
 from agenthub._types import Step, Task
 from agenthub.envs._tasks import dataset_splits, no_dataset_for, read_jsonl_tasks, render_plain
 from agenthub.envs.openrlhf_agent._load import load_agent_instance_class
@@ -125,7 +126,7 @@ class OpenRLHFAgentEnv(Env[str]):
             raise
         except Exception as exc:
             raise AgentFuncError(
-                f"{self._path}: AgentInstance {what} raised {type(exc).__name__}: {exc}"
+                f"{self._path}: AgentInstance {what} raised {described(exc)}"
             ) from exc
 
     async def aclose(self) -> None:

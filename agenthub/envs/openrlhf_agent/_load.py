@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agenthub._errors import AgentFuncError
+from agenthub._tracebacks import described
 from agenthub.envs import _openrlhf
 from agenthub.envs._files import import_user_file
 from agenthub.envs.openrlhf_agent._step_func import StepFunctionAgent
@@ -175,7 +176,7 @@ def _class_from_executor(executor_cls: Any, path: Path) -> type | None:
         executor = executor_cls(*[None] * len(params))
     except Exception as exc:
         raise AgentFuncError(
-            f"{path}: AgentExecutor() raised {type(exc).__name__}: {exc}; agenthub builds it "
+            f"{path}: AgentExecutor() raised {described(exc)}; agenthub builds it "
             "only to find its AgentInstance class, so define AgentInstance at module level"
         ) from exc
     found = getattr(executor, "agent_instance_cls", None)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agenthub._errors import AgentFuncError
+from agenthub._tracebacks import described
 
 _copies = itertools.count()
 
@@ -49,7 +50,7 @@ class StepFunctionAgent:
             )
         except Exception as exc:
             raise AgentFuncError(
-                f"{self.path}: step(observation, action, label) raised {type(exc).__name__}: {exc}"
+                f"{self.path}: step(observation, action, label) raised {described(exc)}"
             ) from exc
         if not (isinstance(result, Mapping) and {"rewards", "next_observation"} <= result.keys()):
             raise AgentFuncError(
@@ -76,8 +77,7 @@ class StepFunctionAgent:
             exec(self.code, module.__dict__)
         except Exception as exc:
             raise AgentFuncError(
-                f"{self.path}: running the file for a new episode raised "
-                f"{type(exc).__name__}: {exc}"
+                f"{self.path}: running the file for a new episode raised {described(exc)}"
             ) from exc
         finally:
             sys.modules.pop(name, None)
