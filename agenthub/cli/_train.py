@@ -179,6 +179,10 @@ def _run(config: object, out: Path, resume: bool) -> int:
     with progress:
         try:
             summary = trainer.run()
+        except BaseException:
+            if not started:  # a run that failed before its first step leaves no empty bar
+                progress.update(bar, visible=False)
+            raise
         finally:
             if not started:  # the bar's last words were a log line, printed above it already
                 progress.update(bar, stats="")
