@@ -69,15 +69,33 @@ def list_command(args: argparse.Namespace) -> int:
 def env_arguments(factory: Any, registered: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """What `make` passes on to `factory`: each argument's name, type, default (the registered
     one where the spec sets it) and the docstring's `Args:` text for it; and whether it also
-    takes any other (`**kwargs`)."""
+    takes any other (`**kwargs`). A class whose `__init__` takes `**kwargs` is taken to pass
+    them on to its base class's, whose arguments are listed too."""
     from agenthub.tools._schema import split_docstring
 
     try:
-        parameters = inspect.signature(factory).parameters.values()
+        parameters = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):
         return [], True
     constructor = factory.__init__ if isinstance(factory, type) else None  # type: ignore[misc]
     described = {**split_docstring(factory)[1], **split_docstring(constructor)[1]}
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    for base in factory.__mro__[1:] if isinstance(factory, type) and takes_any else ():
+        init = base.__dict__.get("__init__")
+        if init is None:
+            continue
+        if base is object or base.__module__ == "agenthub._env":
+            break  # Env's own constructor takes nothing a user gives
+        try:
+            inherited = list(inspect.signature(init).parameters.values())[1:]  # without self
+        except (TypeError, ValueError):
+            break
+        named = {p.name for p in parameters}
+        parameters += [p for p in inherited if p.name not in named]
+        described = {**split_docstring(base)[1], **split_docstring(init)[1], **described}
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in inherited)
+        if not takes_any:
+            break
     arguments = []
     for p in parameters:
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
@@ -96,7 +114,7 @@ def env_arguments(factory: Any, registered: dict[str, Any]) -> tuple[list[dict[s
                 "description": described.get(p.name, ""),
             }
         )
-    return arguments, any(p.kind is p.VAR_KEYWORD for p in parameters)
+    return arguments, takes_any
 
 
 def _annotation(annotation: Any) -> str:

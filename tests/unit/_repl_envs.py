@@ -115,3 +115,23 @@ class NoTasksEnv(GuessEnv):
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
         return Env.tasks(self, split)  # type: ignore[return-value]
+
+
+class LevelledGuessEnv(GuessEnv):
+    """A guessing game with a ceiling of its own.
+
+    Args:
+        top: the largest number it draws
+    """
+
+    def __init__(self, top: int = 10, max_turns: int | None = 5) -> None:
+        super().__init__()
+        self.top, self.max_turns = top, max_turns
+
+
+class LevelledFromFilesEnv(LevelledGuessEnv):
+    """The README's pattern: new arguments of its own, the rest passed on to the base class."""
+
+    def __init__(self, train: str, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.train = train

@@ -115,6 +115,19 @@ def test_envs_show_gives_registered_defaults_argument_docs_and_tools(
     assert "that has none of its own):\nGuess with one number." in capsys.readouterr().out
 
 
+def test_envs_show_lists_what_an_env_passes_on_to_its_base_class(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `def __init__(self, train, **settings): super().__init__(**settings)` showed `train` and
+    # "takes arguments not listed here", not the base class's own.
+    assert main(["envs", "show", "tests.unit._repl_envs:LevelledFromFilesEnv", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [a["name"] for a in shown["arguments"]] == ["train", "top", "max_turns"]
+    assert shown["arguments"][1]["description"] == "the largest number it draws"
+    assert shown["arguments"][0]["required"] and shown["arguments"][2]["default"] == 5
+    assert shown["takes_any_argument"] is False
+
+
 def test_a_wrong_env_argument_points_at_envs_show() -> None:
     with pytest.raises(AgentHubError, match=r"`agenthub envs show math` describes them"):
         make("math", max_attempt=2)
