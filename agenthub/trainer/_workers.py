@@ -267,9 +267,13 @@ class LearnerWorker:
 
     def __init__(self, config: dict[str, Any], model_path: str) -> None:
         import torch
+        from transformers.utils import logging as transformers_logging
 
         from agenthub.trainer._learner import Learner
 
+        # transformers' bars for loading and saving weights, each checkpoint's among them, come
+        # out of an actor as lines of their own between the run's bar and its log.
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         cfg = TrainConfig.model_validate(config)
         self.config = cfg
         torch.set_num_threads(cfg.ray.learner_threads)
