@@ -11,7 +11,9 @@ import logging
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -105,23 +107,37 @@ class _Watchdog:
             start_new_session=True,  # a Ctrl-C or a killed process group does not reach it
         )
 
-    def engine_up(self) -> None:
-        """Name the engine's processes, the owner's children started since, but for
+    def _engine(self) -> list[Any]:
+        """The engine's processes: the owner's children started since, but for
         multiprocessing's resource tracker (see `_is_resource_tracker`)."""
         import psutil
 
-        engine = [
-            str(child.pid)
+        return [
+            child
             for child in psutil.Process().children(recursive=True)
             if child.pid not in self._before
             and child.pid != self.proc.pid
             and not _is_resource_tracker(child)
         ]
+
+    def engine_up(self) -> None:
+        """Name the engine's processes to the watchdog."""
         stdin = self.proc.stdin
         assert stdin is not None
         with contextlib.suppress(OSError):  # a watchdog already gone has nothing to do
-            stdin.write((" ".join(engine) + "\n").encode())
+            stdin.write((" ".join(str(child.pid) for child in self._engine()) + "\n").encode())
             stdin.flush()
+
+    def engine_failed(self) -> None:
+        """The start failed (or was interrupted): end what it left running, then stop. vLLM
+        ends the processes of a failed start itself, but not those of one cut short by a
+        KeyboardInterrupt, and an engine core in a process group of its own gets no Ctrl-C."""
+        import psutil
+
+        for child in self._engine():
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        self.stop()
 
     def stop(self) -> None:
         self.proc.kill()
@@ -139,8 +155,11 @@ def _engine_core_in_own_group(*args: Any, **kwargs: Any) -> Any:
     """The engine core's process, first leaving its parent's process group: a Ctrl-C typed in
     the terminal then reaches the parent alone, which decides what it stops, instead of also
     ending the engine core (vLLM's core shuts down on SIGINT). A forked core finds vLLM's entry
-    point here; a spawned one imports vLLM afresh, unpatched."""
+    point here; a spawned one imports vLLM afresh, unpatched. It was started ignoring SIGINT
+    (see `_engine_cores_in_own_group`), and takes Ctrl-C's usual meaning back once out of the
+    terminal's reach."""
     os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     target = _run_engine_core
     if target is None:
         from vllm.v1.engine.core import EngineCoreProc
@@ -152,19 +171,38 @@ def _engine_core_in_own_group(*args: Any, **kwargs: Any) -> Any:
 @contextlib.contextmanager
 def _engine_cores_in_own_group() -> Iterator[None]:
     """While an engine starts, its core process is started in a process group of its own.
-    Where this vLLM names its entry point otherwise, the core stays in the caller's group."""
+    Where this vLLM names its entry point otherwise, the core stays in the caller's group.
+
+    The core leaves the terminal's group only once it has imported vLLM and torch, seconds
+    after it starts, so it starts ignoring SIGINT (a disposition a new process inherits, and
+    Python keeps): a Ctrl-C typed meanwhile reaches the caller alone, as later ones do."""
     global _run_engine_core
+    from multiprocessing.process import BaseProcess
+
     from vllm.v1.engine.core import EngineCoreProc
 
     original = EngineCoreProc.__dict__.get("run_engine_core")
     if not isinstance(original, staticmethod):
         yield
         return
+    start = BaseProcess.start
+
+    def start_ignoring_ctrl_c(process: BaseProcess) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return start(process)  # only the main thread sets signal handlers
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return start(process)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
     _run_engine_core = original.__func__
     EngineCoreProc.run_engine_core = staticmethod(_engine_core_in_own_group)
+    BaseProcess.start = start_ignoring_ctrl_c  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
+        BaseProcess.start = start  # type: ignore[method-assign]
         EngineCoreProc.run_engine_core = original
         _run_engine_core = None
 
@@ -320,7 +358,7 @@ class VLLMEngine(InferenceEngine):
             with _engine_cores_in_own_group() if own_process_group else contextlib.nullcontext():
                 self._llm = AsyncLLM.from_engine_args(args)
         except BaseException:
-            watchdog.stop()  # vLLM ends the processes of a failed start itself
+            watchdog.engine_failed()
             raise
         watchdog.engine_up()
         self._watchdog = watchdog

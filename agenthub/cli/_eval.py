@@ -505,19 +505,28 @@ async def _build_engine(args: argparse.Namespace) -> tuple[ChatTokenizer, Infere
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     assert model is not None
     chat = ChatTokenizer.from_pretrained(model)
-    with _interruptible_start():
+    with interruptible_start():
         vllm = VLLMEngine(model, seed=args.seed, max_num_seqs=max(1, args.concurrency))
     return chat, vllm
 
 
 @contextmanager
-def _interruptible_start() -> Iterator[None]:
+def interruptible_start(
+    *,
+    quitting: str = "nothing more was evaluated, and running the same command again starts it over",
+    forgive: Callable[[], None] | None = None,
+) -> Iterator[None]:
     """vLLM's start-up holds this thread, and the event loop that answers SIGTERM, for up to a
     minute, while its engine core, a child in the terminal's process group, gets a Ctrl-C too
     and dies. vLLM swallows the KeyboardInterrupt inside its start-up handshake and waits out
-    its 10-minute timeout for the dead core (or fails with its own traceback). Nothing has been
-    evaluated yet, so meanwhile a Ctrl-C or SIGTERM ends the process at once, its children
-    with it; a thread of its own catches a signal the handshake would not wake for."""
+    its 10-minute timeout for the dead core (or fails with its own traceback). Meanwhile a
+    Ctrl-C or SIGTERM ends the process at once, its children with it, saying `quitting`; a
+    thread of its own catches a signal the handshake would not wake for, and no
+    KeyboardInterrupt is ever raised into vLLM.
+
+    `forgive`, where given, is called (from that thread) for the first Ctrl-C instead: the
+    caller goes on once the engine is up (`agenthub repl`, whose engine core is out of the
+    terminal's reach); a second one ends the process."""
     import psutil  # type: ignore[import-untyped]
 
     def quit_now() -> None:
@@ -525,8 +534,7 @@ def _interruptible_start() -> Iterator[None]:
             with contextlib.suppress(psutil.Error):
                 child.kill()
         print(
-            "agenthub: interrupted while the engine started; nothing more was evaluated, and "
-            "running the same command again starts it over",
+            f"agenthub: interrupted while the engine started; {quitting}",
             file=sys.stderr,
             flush=True,
         )
@@ -535,16 +543,25 @@ def _interruptible_start() -> Iterator[None]:
     heard, told = os.pipe()
     os.set_blocking(told, False)
     done = threading.Event()
+    forgiven = forgive is None  # the one Ctrl-C forgiven has come
 
     def watch() -> None:
+        nonlocal forgiven
         while not done.is_set():
-            if select.select([heard], [], [], 0.1)[0] and os.read(heard, 64) and not done.is_set():
-                quit_now()
+            if not select.select([heard], [], [], 0.1)[0]:
+                continue
+            for signum in os.read(heard, 64):
+                if done.is_set():
+                    return
+                if signum == signal.SIGINT and not forgiven and forgive is not None:
+                    forgiven = True
+                    forgive()
+                else:
+                    quit_now()
 
-    previous = {
-        sig: signal.signal(sig, lambda signum, frame: quit_now())
-        for sig in (signal.SIGINT, signal.SIGTERM)
-    }
+    # The handlers do nothing themselves: the thread reads which signal came from the wakeup
+    # file descriptor, in order.
+    previous = {sig: signal.signal(sig, lambda signum, frame: None) for sig in _STOPS}
     wakeup = signal.set_wakeup_fd(told)
     watcher = threading.Thread(target=watch, name="agenthub-start-signals", daemon=True)
     watcher.start()
@@ -558,6 +575,9 @@ def _interruptible_start() -> Iterator[None]:
         watcher.join()
         os.close(heard)
         os.close(told)
+
+
+_STOPS = (signal.SIGINT, signal.SIGTERM)
 
 
 def resolve_model(

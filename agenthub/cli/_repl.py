@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import signal
-from collections.abc import Callable, Iterator
+import sys
 from pathlib import Path
-from types import FrameType
 
 import anyio
 from rich.console import Console
@@ -17,7 +15,7 @@ from rich.text import Text
 
 from agenthub.agents import InferenceEngine, SamplingParams
 from agenthub.cli._envs import find_local_envs, parse_kwargs
-from agenthub.cli._eval import resolve_model
+from agenthub.cli._eval import interruptible_start, resolve_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,14 +70,30 @@ def repl_command(args: argparse.Namespace) -> int:
         # vLLM's start-up log would bury the episode; VLLM_LOGGING_LEVEL=INFO brings it back.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
         # The engine core runs in a process group of its own, so a Ctrl-C typed later (at the
-        # prompt, or to stop a reply) leaves it running. One typed while it starts can still
-        # reach it before it leaves the terminal's group, and it dies: that start failed
-        # because of the Ctrl-C, which the REPL reports as an interrupted entry.
-        with _hears_ctrl_c() as heard:
+        # prompt, or to stop a reply) leaves it running. One typed while it starts is the
+        # REPL's first Ctrl-C (the entry stops, once the model is up, and the model stays
+        # loaded); a second quits, as raising KeyboardInterrupt into vLLM's start-up would
+        # leave it waiting minutes for an engine that no longer answers.
+        heard = False
+        entry_stops = signal.getsignal(signal.SIGINT)
+
+        def forgive() -> None:
+            nonlocal heard
+            heard = True
+            print(
+                "\nthe model is still loading: this entry stops once it is up "
+                "(Ctrl-C again quits the REPL)",
+                file=sys.stderr,
+                flush=True,
+            )
+            if callable(entry_stops):
+                entry_stops(signal.SIGINT, None)
+
+        with interruptible_start(quitting="the REPL quits, its episode unsaved", forgive=forgive):
             try:
                 return VLLMEngine(model, seed=args.seed, max_num_seqs=1, own_process_group=True)
             except Exception as exc:
-                if heard():
+                if heard:  # a start cut short by the Ctrl-C: the entry was interrupted
                     raise asyncio.CancelledError from exc
                 raise
 
@@ -100,27 +114,6 @@ def repl_command(args: argparse.Namespace) -> int:
         Text(f"agenthub repl: env {args.env}, model {_name(model)}", style="bold"), markup=False
     )
     return run_terminal(repl)
-
-
-@contextlib.contextmanager
-def _hears_ctrl_c() -> Iterator[Callable[[], bool]]:
-    """Note each SIGINT, passing it on to the handler in place; yields whether one came."""
-    heard = False
-    previous = signal.getsignal(signal.SIGINT)
-
-    def note(signum: int, frame: FrameType | None) -> None:
-        nonlocal heard
-        heard = True
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, note)
-    try:
-        yield lambda: heard
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _name(model: Path) -> str:

@@ -183,6 +183,44 @@ def test_a_session_on_code_exec(tmp_path: Path) -> None:
     assert trajectory.reward == 1.0 and trajectory.terminated
 
 
+def test_ctrl_c_while_the_model_loads_stops_the_entry_and_keeps_the_model(
+    tmp_path: Path, plugin_path: str
+) -> None:
+    # It used to kill the engine core (a child in the terminal's process group), the start
+    # failing with a 40-line traceback, or to leave vLLM waiting minutes on a dead handshake.
+    term = Terminal(["--env", "repl-guess", "--max-reply-tokens", "8"], tmp_path, plugin_path)
+    try:
+        term.child.send(":gen\r")
+        term.child.expect("loading the model", timeout=60)
+        term.child.sendcontrol("c")
+        term.child.expect("the model is still loading", timeout=10)
+        out = term._wait(300)
+        assert "model ready" in out and "interrupted" in out and "Traceback" not in out
+        out = term.send(":gen", timeout=120)
+        assert "loading the model" not in out and "step 1:" in out  # the same engine
+        term.quit()
+    finally:
+        term.child.close(force=True)
+
+
+def test_a_second_ctrl_c_while_the_model_loads_quits_at_once(
+    tmp_path: Path, plugin_path: str
+) -> None:
+    term = Terminal(["--env", "repl-guess"], tmp_path, plugin_path)
+    try:
+        term.child.send(":gen\r")
+        term.child.expect("loading the model", timeout=60)
+        term.child.sendcontrol("c")
+        term.child.expect("the model is still loading", timeout=10)
+        term.child.sendcontrol("c")
+        term.child.expect("interrupted while the engine started; the REPL quits", timeout=10)
+        term.child.expect(pexpect.EOF, timeout=10)
+        term.child.close()
+        assert term.child.exitstatus == 130
+    finally:
+        term.child.close(force=True)
+
+
 def test_bad_env_ids_and_task_numbers_exit_with_a_message(tmp_path: Path) -> None:
     for args, message in [
         (["--env", "no-such-env"], "no environment 'no-such-env'"),
