@@ -54,6 +54,12 @@ def described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def raised(what: str, exc: BaseException) -> str:
+    """`WHAT raised KeyError: 'held_out' (raised at FILE:LINE, in FUNCTION)`: a call into the
+    user's code that failed, said in one line that points at the line to look at."""
+    return f"{what} raised {described(exc)}{raised_at(exc)}"
+
+
 def raised_at(exc: BaseException, *, fallback: bool = True) -> str:
     """` (raised at FILE:LINE, in FUNCTION)`, for a one-line report of an env's failure that
     points at the line to look at.

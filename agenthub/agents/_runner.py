@@ -105,7 +105,7 @@ def _read(env: Env[Any], what: str, checked: Callable[[Env[Any]], T]) -> T:
     try:
         return checked(env)
     except Exception as exc:
-        detail = str(exc) if isinstance(exc, EnvReturnError) else f"{described(exc)}"
+        detail = str(exc) if isinstance(exc, EnvReturnError) else described(exc)
         raise _Failed("env_error", f"{what}: {detail}") from exc
 
 
@@ -373,7 +373,7 @@ class EpisodeRunner:
             return _failed(trajectory, failure.error)
         except Exception as exc:
             # A scorer is user code too: its failure belongs to this episode only.
-            message = f"{described(exc)}"
+            message = described(exc)
             return _failed(trajectory, EpisodeError(cause="score_error", message=message))
         finally:
             trajectory.timings.score_s = time.perf_counter() - started

@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agenthub._errors import AgentHubError, NoTaskSourceError
 from agenthub._registry import make
 from agenthub._returns import checked_tasks
-from agenthub._tracebacks import described, raised_at
+from agenthub._tracebacks import raised
 from agenthub._types import Task
 from agenthub.agents import (
     ChatTokenizer,
@@ -361,9 +361,7 @@ def _env_tasks(env: Any, identity: dict[str, Any]) -> Iterator[Task]:
     except AgentHubError:
         raise
     except Exception as exc:
-        raise AgentHubError(
-            f"the env's tasks({split!r}) raised {described(exc)}{raised_at(exc)}"
-        ) from exc
+        raise AgentHubError(raised(f"the env's tasks({split!r})", exc)) from exc
 
 
 def _get(identity: dict[str, Any], key: str) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._errors import AgentHubError, NoTaskSourceError
 from agenthub._returns import checked_tasks
-from agenthub._tracebacks import described, raised_at
+from agenthub._tracebacks import raised
 from agenthub._types import Task
 
 __all__ = ["TaskSource"]
@@ -83,9 +83,7 @@ class TaskSource:
         except AgentHubError:
             raise
         except Exception as exc:  # the env's bug, not the REPL's: say where it is
-            raise AgentHubError(
-                f"the env's tasks({split!r}) raised {described(exc)}{raised_at(exc)}"
-            ) from exc
+            raise AgentHubError(raised(f"the env's tasks({split!r})", exc)) from exc
         finally:
             await env.aclose()
 

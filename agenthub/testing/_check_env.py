@@ -33,7 +33,7 @@ from agenthub._returns import (
     task_problem,
 )
 from agenthub._spec import EnvSpec
-from agenthub._tracebacks import described, raised_at
+from agenthub._tracebacks import described, raised
 from agenthub._types import Task
 from agenthub._watchdog import loop_watchdog
 
@@ -338,7 +338,7 @@ class _Checker:
             except TaskFileError:
                 raise  # the data's fault, not the env's: it names FILE:LINE itself
             except Exception as exc:
-                self.fail(f"env.tasks('train') raised {described(exc)}{raised_at(exc)}")
+                self.fail(raised("env.tasks('train')", exc))
                 return []
             if not tasks:
                 self.fail(
@@ -396,7 +396,7 @@ class _Checker:
                 hint = ""
                 if not read and split != "train":  # perhaps a split it does not offer
                     hint = f" (an env without a {split!r} split raises NoTaskSourceError for it)"
-                self.fail(f"{what} raised {described(exc)}{raised_at(exc)}{hint}")
+                self.fail(raised(what, exc) + hint)
 
     async def guarded(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         try:
@@ -406,7 +406,7 @@ class _Checker:
         except TimeoutError:
             self.fail(f"{what} did not return within {self.timeout_s:g} s")
         except Exception as exc:
-            self.fail(f"{what} raised {described(exc)}{raised_at(exc)}")
+            self.fail(raised(what, exc))
         return False, None
 
     @asynccontextmanager

@@ -336,7 +336,7 @@ async def _check_env(cfg: TrainConfig) -> None:
     from agenthub._errors import EnvArgumentsError
     from agenthub._registry import make
     from agenthub._returns import READ_AHEAD, READ_AHEAD_S, read_ahead
-    from agenthub._tracebacks import raised_at
+    from agenthub._tracebacks import raised
 
     readers = {"train": ("training", READ_AHEAD)}
     if cfg.eval.every:
@@ -357,8 +357,7 @@ async def _check_env(cfg: TrainConfig) -> None:
                     what = str(exc).rstrip(".")
                     if not isinstance(exc, AgentHubError | ValueError | OSError):
                         # the env's own bug: say what it raised, and where
-                        what = f"the env's tasks({split!r}) raised {type(exc).__name__}: "
-                        what += f"{exc}{raised_at(exc)}"
+                        what = raised(f"the env's tasks({split!r})", exc)
                     message = f"{reader} reads split {split!r}: {what}{hint}"
                     raise AgentHubError(message) from exc
         finally:
