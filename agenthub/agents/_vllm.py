@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import warnings
@@ -48,8 +49,10 @@ def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
 # Runs in its own process: waits for the engine's owner to die, then kills what the owner
 # left behind. vLLM's engine core outlives an owner killed with SIGKILL (or by Ray when a
 # driver dies), during its start-up too, and would go on holding memory and cores. Started
-# before the engine, it takes note of each process the owner starts until the owner writes the
-# engine's processes to its stdin, once the engine is up; those are what it kills.
+# before the engine, it takes note of each process the owner starts (but multiprocessing's
+# resource tracker, which ends by itself once its owner is gone, after it removes the named
+# semaphores the owner leaked into /dev/shm) until the owner says on its stdin that the engine
+# is `up`, or that its start `failed`: then it kills them at once.
 _WATCHDOG = """
 import os, select, signal, sys, time
 import psutil
@@ -62,24 +65,30 @@ def owner_alive():
     except psutil.Error:
         return False
 
+def take_note():
+    try:
+        for child in psutil.Process(owner).children(recursive=True):
+            if child.pid not in before and child.pid != os.getpid():
+                if "multiprocessing.resource_tracker" not in " ".join(child.cmdline()):
+                    engine.add(child.pid)
+    except psutil.Error:
+        pass
+
 while owner_alive():
     if starting:
-        try:
-            for child in psutil.Process(owner).children(recursive=True):
-                if child.pid not in before and child.pid != os.getpid():
-                    if "multiprocessing.resource_tracker" not in " ".join(child.cmdline()):
-                        engine.add(child.pid)
-        except psutil.Error:
-            pass
+        take_note()
     wait = 0.25 if starting else 1.0
     if not listening:
         time.sleep(wait)
     elif select.select([sys.stdin], [], [], wait)[0]:
-        line = sys.stdin.readline()
-        if not line:
+        said = sys.stdin.readline().strip()
+        if not said:
             listening = False
         elif starting:
-            engine, starting = set(map(int, line.split())), False
+            take_note()
+            starting = False
+            if said == "failed":
+                break
 for pid in engine:
     try:
         os.kill(pid, signal.SIGKILL)
@@ -89,54 +98,41 @@ for pid in engine:
 
 
 class _Watchdog:
-    """The watchdog process of one engine: started before the engine, told its processes once
-    the engine is up, stopped when the engine shuts down."""
+    """The watchdog process of one engine: started before the engine, told once the engine is
+    up (or its start failed), stopped when the engine shuts down."""
 
     def __init__(self) -> None:
-        import subprocess
         import sys
 
         import psutil  # type: ignore[import-untyped]
 
-        self._before = {child.pid for child in psutil.Process().children(recursive=True)}
+        before = [str(child.pid) for child in psutil.Process().children(recursive=True)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), *map(str, self._before)],
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), *before],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C or a killed process group does not reach it
         )
 
-    def _engine(self) -> list[Any]:
-        """The engine's processes: the owner's children started since, but for
-        multiprocessing's resource tracker (see `_is_resource_tracker`)."""
-        import psutil
-
-        return [
-            child
-            for child in psutil.Process().children(recursive=True)
-            if child.pid not in self._before
-            and child.pid != self.proc.pid
-            and not _is_resource_tracker(child)
-        ]
-
-    def engine_up(self) -> None:
-        """Name the engine's processes to the watchdog."""
+    def _say(self, what: str) -> None:
         stdin = self.proc.stdin
         assert stdin is not None
         with contextlib.suppress(OSError):  # a watchdog already gone has nothing to do
-            stdin.write((" ".join(str(child.pid) for child in self._engine()) + "\n").encode())
+            stdin.write(f"{what}\n".encode())
             stdin.flush()
 
+    def engine_up(self) -> None:
+        """The processes started so far are the engine's: watch them."""
+        self._say("up")
+
     def engine_failed(self) -> None:
-        """The start failed (or was interrupted): end what it left running, then stop. vLLM
+        """The start failed (or was interrupted): end what it left running, and stop. vLLM
         ends the processes of a failed start itself, but not those of one cut short by a
         KeyboardInterrupt, and an engine core in a process group of its own gets no Ctrl-C."""
-        import psutil
-
-        for child in self._engine():
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+        self._say("failed")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
         self.stop()
 
     def stop(self) -> None:
@@ -205,18 +201,6 @@ def _engine_cores_in_own_group() -> Iterator[None]:
         BaseProcess.start = start  # type: ignore[method-assign]
         EngineCoreProc.run_engine_core = original
         _run_engine_core = None
-
-
-def _is_resource_tracker(process: Any) -> bool:
-    """multiprocessing's resource tracker ends by itself once its owner is gone, after it
-    removes the named semaphores the owner leaked into /dev/shm; killed with the engine's
-    processes, it would leave them there."""
-    import psutil
-
-    try:
-        return "multiprocessing.resource_tracker" in " ".join(process.cmdline())
-    except psutil.Error:
-        return False
 
 
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
