@@ -84,7 +84,7 @@ def env_arguments(factory: Any, registered: dict[str, Any]) -> tuple[list[dict[s
         init = base.__dict__.get("__init__")
         if init is None:
             continue
-        if base is object or base.__module__ == "agenthub._env":
+        if base is object or base is Env:
             break  # Env's own constructor takes nothing a user gives
         try:
             inherited = list(inspect.signature(init).parameters.values())[1:]  # without self
