@@ -18,7 +18,29 @@ class Script:
     hang_s: float = 0.0  # sleep this long before answering
     status: int = 200  # status of the (non-failing) answer
     body: str | None = None  # raw answer instead of computed rewards
+    together: int = 0  # hold each request until this many are in flight at once (10 s at most)
     requests: list[dict[str, list[object]]] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)  # the status of each answer sent
+    _barrier: threading.Barrier | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.together:
+            self._barrier = threading.Barrier(self.together, timeout=10)
+
+    @property
+    def answered(self) -> int:
+        return len(self.answers)
+
+    def wait_for_the_others(self) -> bool:
+        """With `together`, wait until that many requests are in flight; False if they never
+        were (the client sent them one after another)."""
+        if self._barrier is None:
+            return True
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            return False
+        return True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -33,6 +55,8 @@ class _Handler(BaseHTTPRequestHandler):
         script.requests.append(body)
         if len(script.requests) <= script.fail_first:
             return self._answer(500, '{"error": "warming up"}')
+        if not script.wait_for_the_others():
+            return self._answer(500, '{"error": "the requests did not come together"}')
         if script.hang_s:
             time.sleep(script.hang_s)
         if script.body is not None:
@@ -53,6 +77,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
+        self.server.script.answers.append(status)  # type: ignore[attr-defined]
         # the client may have given up waiting, which is what some tests provoke
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)

@@ -175,10 +175,14 @@ PASS_THROUGH = {
 
 
 @pytest.mark.parametrize("execute", PASS_THROUGH.values(), ids=PASS_THROUGH)
-def test_an_execute_that_only_calls_super_still_runs(tmp_path: Path, execute: str) -> None:
+async def test_an_execute_that_only_calls_super_still_runs(tmp_path: Path, execute: str) -> None:
     path = tmp_path / "agent_func.py"
     path.write_text(EXECUTOR_FILE + execute)
-    make("openrlhf_agent", agent_func=str(path))
+    env = make("openrlhf_agent", agent_func=str(path))
+    await env.reset(Task(id="t", prompt="Q: 2+3? A:", label="5"))
+    step = await env.step(" 5")
+    await env.aclose()
+    assert (step.reward, step.terminated) == (1.0, True)
 
 
 EXECUTOR_FILE = (
