@@ -79,16 +79,16 @@ def find_train_config(root: Path) -> type[BaseModel]:
 
 
 def render(root: type[BaseModel]) -> str:
-    """The reference page: the intro, then a table per section, top level first."""
+    """The reference page: the intro, then each section's fields as a definition list (key,
+    type, default; the docstring under them), top level first."""
     resolved = _resolved_defaults(root)
     out = [INTRO]
     for key, section, docstring in sections(root):
         title = f"`{key}`" if key else "Top level"
         out += [f"## {title}", ""]
-        lead = " ".join(_cell(part) for part in (inspect.getdoc(section), docstring) if part)
+        lead = " ".join(_line(part) for part in (inspect.getdoc(section), docstring) if part)
         if lead:
             out += [lead, ""]
-        out += ["| key | type | default | what it does |", "|---|---|---|---|"]
         docs = field_docstrings(section)
         for name, field in section.model_fields.items():
             if _section_of(field.annotation) is not None:
@@ -101,9 +101,8 @@ def render(root: type[BaseModel]) -> str:
             full = f"{key}.{name}" if key else name
             value = resolved.get(full, field.get_default(call_default_factory=True))
             default = _default(field, value)
-            row = (f"`{full}`", _type(field.annotation, field.metadata), default)
-            out.append("| " + " | ".join((*row, _cell(docs[name]))) + " |")
-        out.append("")
+            kind = _type(field.annotation, field.metadata)
+            out += [f"`{full}` · {kind} · {default}", f":   {_line(docs[name])}", ""]
     return "\n".join(out)
 
 
@@ -144,8 +143,8 @@ def _section_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+def _line(text: str) -> str:
+    return " ".join(text.split())
 
 
 _BOUNDS = {"ge": "≥", "gt": ">", "le": "≤", "lt": "<", "min_length": "length ≥"}
@@ -201,7 +200,7 @@ def _resolved_defaults(root: type[BaseModel]) -> dict[str, Any]:
 def _default(field: Any, value: Any) -> str:
     if field.is_required():
         return "required"
-    return "unset" if value is None else f"`{_toml(value)}`"
+    return "unset by default" if value is None else f"default `{_toml(value)}`"
 
 
 def _toml(value: Any) -> str:

@@ -149,12 +149,12 @@ class _Undocumented(BaseModel):
     silent: int = 2
 
 
-def test_the_config_reference_has_a_row_per_field_with_type_default_and_docstring() -> None:
+def test_the_config_reference_has_an_entry_per_field_with_type_default_and_docstring() -> None:
     page = config_hook().render(_Tree)
-    assert "| `name` | string | required | What it is called. |" in page
-    assert '| `mode` | string | `"fast"` | Fast \\| slow. |' in page
+    assert "`name` · string · required\n:   What it is called.\n" in page
+    assert '`mode` · string · default `"fast"`\n:   Fast | slow.\n' in page
     assert "## `inner`\n\nHow the inner part behaves. The inner part." in page
-    assert "| `inner.depth` | int, ≥ 1 | `3` | How deep it goes. |" in page
+    assert "`inner.depth` · int, ≥ 1 · default `3`\n:   How deep it goes.\n" in page
 
 
 def test_a_config_field_without_a_docstring_fails_the_build() -> None:
@@ -172,5 +172,5 @@ def test_the_config_reference_lists_every_key_of_the_train_config() -> None:
         for name in section.model_fields:
             if hook._section_of(section.model_fields[name].annotation) is None:
                 full = f"{key}.{name}" if key else name
-                assert f"| `{full}` |" in page, f"{full} is missing from the reference"
-    assert "| `learner.critic.lam` |" in page and "| `rollout.temperature` |" in page
+                assert f"\n`{full}` · " in page, f"{full} is missing from the reference"
+    assert "\n`learner.critic.lam` · " in page and "\n`rollout.temperature` · " in page
