@@ -2,8 +2,8 @@
 
 Every field of the config tree carries a docstring under it; this hook reads them, with each
 field's type, default and bounds, so the reference cannot drift from the code. A field without
-a docstring fails the build. `TrainConfig` is found by its class statement under
-`agenthub/trainer/`, wherever in that package it lives.
+a docstring fails the build. `TrainConfig` is found by its class statement under `agenthub/`,
+wherever in the package it lives.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 PAGE = "train-config.md"
 
@@ -52,11 +52,11 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def find_train_config(root: Path) -> type[BaseModel]:
-    """Import `TrainConfig` from the module under agenthub/trainer/ that defines it, taking
-    the code beside mkdocs.yml over any installed copy."""
+    """Import `TrainConfig` from the module under agenthub/ that defines it, taking the code
+    beside mkdocs.yml over any installed copy."""
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    package = root / "agenthub" / "trainer"
+    package = root / "agenthub"
     defining = [
         path
         for path in sorted(package.rglob("*.py"))
@@ -193,7 +193,13 @@ def _resolved_defaults(root: type[BaseModel]) -> dict[str, Any]:
             else:
                 flat[prefix + key] = value
 
-    walk(root.model_validate(required), "")
+    try:
+        walk(root.model_validate(required), "")
+    except ValidationError as exc:
+        raise PluginError(
+            f"train config reference: {root.__name__} given only {required} does not validate, "
+            f"so its defaults cannot be shown ({exc}); update docs/hooks/train_config.py"
+        ) from exc
     return flat
 
 
