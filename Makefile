@@ -4,11 +4,13 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 TRAIN_ARGS ?=
 export AGENTHUB_VENV := $(VENV)
+# Material for MkDocs prints a banner about MkDocs 2.0 on every build; the pins keep 1.x.
+export NO_MKDOCS_2_WARNING := 1
 
 .DEFAULT_GOAL := help
 # Prerequisites run in the order written: the venv must exist before lint and pytest use it.
 .NOTPARALLEL:
-.PHONY: help setup lint test test-unit train clean
+.PHONY: help setup lint docs test test-unit train clean
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -16,10 +18,16 @@ help: ## list the targets
 setup: ## Debian packages, a running dockerd, the venv (AGENTHUB_SETUP=light: no torch/vLLM)
 	bash scripts/setup.sh
 
-lint: ## ruff check, ruff format --check, mypy
+lint: ## ruff check, ruff format --check, mypy, the manual built with --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict --quiet
+
+# `mkdocs serve` (from the venv) serves it with a live reload instead.
+docs: ## build the manual from docs/ into build/docs
+	$(BIN)/mkdocs build --strict
+	@echo "the manual: build/docs/index.html"
 
 # pytest exits 5 when it collects nothing; that fails here like any other non-zero code.
 test: setup lint ## setup, lint, then every test (PYTEST_ARGS=... to narrow)
