@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sandbox_parser(commands)
 
+    from agenthub.cli._config import add_parser as add_config_parser
+
+    add_config_parser(commands)
+
     evaluate = commands.add_parser(
         "eval",
         help="evaluate a model on an environment (vLLM in-process or an OpenAI-compatible server)",

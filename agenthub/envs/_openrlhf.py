@@ -1,9 +1,11 @@
-"""Stand-ins for the few OpenRLHF names an `agent_func.py` imports.
+"""Stand-ins for the few OpenRLHF names that agent and reward files import.
 
-Agent files start with `from openrlhf.utils.agent import AgentInstanceBase, ...`. OpenRLHF
-itself pulls in DeepSpeed, vLLM and Ray at import, so when it is not installed we register
-these small classes under that module name instead; they carry only what agenthub reads (the
-agent instance class an executor was built with). When OpenRLHF is installed, it is used.
+Agent files start with `from openrlhf.utils.agent import AgentInstanceBase, ...`; OpenRLHF's
+math reward example with `from openrlhf.utils import extract_boxed_answer, grade_answer`.
+OpenRLHF itself pulls in DeepSpeed, vLLM and Ray at import, so when it is not installed we
+register small stand-ins under those module names instead: the agent classes carry only what
+agenthub reads (the agent instance class an executor was built with), the math utilities
+decide as OpenRLHF's do (see `_openrlhf_math`). When OpenRLHF is installed, it is used.
 A user's file importing anything else of OpenRLHF is told so by `missing_import`.
 """
 
@@ -15,6 +17,8 @@ import traceback
 import types
 from pathlib import Path
 from typing import Any
+
+from agenthub.envs._openrlhf_math import extract_boxed_answer, grade_answer
 
 
 class AgentInstanceBase:
@@ -65,24 +69,31 @@ def missing_import(exc: BaseException, path: Path) -> str | None:
     names = ", ".join(cls.__name__ for cls in _STAND_INS[:-1]) + f" and {_STAND_INS[-1].__name__}"
     return (
         f"imports from OpenRLHF ({where}), which is not installed: without it, agenthub "
-        f"provides only openrlhf.utils.agent's {names}, to agent files. pip install openrlhf, "
-        "or drop that import"
+        f"provides only openrlhf.utils.agent's {names}, to agent files, and openrlhf.utils's "
+        "extract_boxed_answer and grade_answer, to agent and reward files. pip install "
+        "openrlhf, or drop that import"
     )
 
 
-def install() -> None:
-    """Make `openrlhf.utils.agent` importable, unless the real OpenRLHF is installed."""
-    if "openrlhf.utils.agent" in sys.modules or installed():
+def install(*, agent: bool = True) -> None:
+    """Make `openrlhf.utils`'s math utilities importable and, with `agent`,
+    `openrlhf.utils.agent`, unless the real OpenRLHF is installed."""
+    if installed():
         return
-    package = types.ModuleType("openrlhf")
-    package.__path__ = []
-    utils = types.ModuleType("openrlhf.utils")
-    utils.__path__ = []
-    agent = types.ModuleType("openrlhf.utils.agent")
-    for cls in _STAND_INS:
-        setattr(agent, cls.__name__, cls)
+    package = sys.modules.setdefault("openrlhf", _package("openrlhf"))
+    utils = sys.modules.setdefault("openrlhf.utils", _package("openrlhf.utils"))
     package.utils = utils  # type: ignore[attr-defined]
-    utils.agent = agent  # type: ignore[attr-defined]
-    sys.modules.update(
-        {"openrlhf": package, "openrlhf.utils": utils, "openrlhf.utils.agent": agent}
-    )
+    utils.extract_boxed_answer = extract_boxed_answer  # type: ignore[attr-defined]
+    utils.grade_answer = grade_answer  # type: ignore[attr-defined]
+    if agent and "openrlhf.utils.agent" not in sys.modules:
+        module = types.ModuleType("openrlhf.utils.agent")
+        for cls in _STAND_INS:
+            setattr(module, cls.__name__, cls)
+        utils.agent = module  # type: ignore[attr-defined]
+        sys.modules["openrlhf.utils.agent"] = module
+
+
+def _package(name: str) -> types.ModuleType:
+    package = types.ModuleType(name)
+    package.__path__ = []
+    return package

@@ -3,7 +3,7 @@
 Importing this package imports torch; the core and the environments never do.
 """
 
-from agenthub.trainer._advantages import ESTIMATORS, advantages, filter_groups, gae
+from agenthub.trainer._advantages import ESTIMATORS, advantages, filter_groups, gae, whiten
 from agenthub.trainer._batch import TrainBatch, token_logprobs
 from agenthub.trainer._critic import CriticConfig
 from agenthub.trainer._importance import IMPORTANCE_MODES, ImportanceWeights, importance_weights
@@ -29,4 +29,5 @@ __all__ = [
     "kl_divergence",
     "policy_loss",
     "token_logprobs",
+    "whiten",
 ]

@@ -80,6 +80,11 @@ class AlgorithmConfig(ConfigSection):
     ] = "group_norm"
     """Advantage estimator over each group's rewards (see agenthub.trainer.advantages), or
     `gae`: PPO with a critic, per-token advantages from a value model (`learner.critic`)."""
+    advantage_std_norm: bool = True
+    """`reinforce` and `reinforce_baseline`: divide the advantages by their standard deviation
+    over the batch's model tokens after subtracting their mean, as OpenRLHF does by default;
+    false only subtracts the mean (OpenRLHF's `--algo.advantage.no_std_norm`). The other
+    estimators are not whitened over the batch (`gae`: see `learner.critic.whiten`)."""
     batch_groups: int = Field(8, ge=1)
     """Groups (a task and its n_samples_per_prompt episodes) per learner step."""
     max_staleness: int = Field(1, ge=0)

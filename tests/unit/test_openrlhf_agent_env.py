@@ -321,15 +321,16 @@ def test_an_agent_file_importing_more_of_openrlhf_is_told_it_is_not_installed(
     path = tmp_path / "agent_func.py"
     path.write_text(
         "from openrlhf.utils.agent import AgentInstanceBase\n"
-        "from openrlhf.utils import grade_answer\n"
+        "from openrlhf.utils import get_tokenizer\n"
     )
     with pytest.raises(AgentFuncError) as raised:
         make("openrlhf_agent", agent_func=str(path))
     assert str(raised.value) == (
         f"agent file {path} imports from OpenRLHF (line 2, "
-        "`from openrlhf.utils import grade_answer`), which is not installed: without it, "
+        "`from openrlhf.utils import get_tokenizer`), which is not installed: without it, "
         "agenthub provides only openrlhf.utils.agent's AgentInstanceBase, AgentExecutorBase "
-        "and MultiTurnAgentExecutor, to agent files. pip install openrlhf, or drop that import"
+        "and MultiTurnAgentExecutor, to agent files, and openrlhf.utils's extract_boxed_answer "
+        "and grade_answer, to agent and reward files. pip install openrlhf, or drop that import"
     )
     path.write_text("import grading\n")  # the import is in a module the file imports
     with pytest.raises(

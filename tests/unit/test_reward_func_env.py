@@ -135,7 +135,8 @@ def test_files_without_reward_func_or_missing_are_clear(tmp_path: Path) -> None:
 
 _NO_OPENRLHF = (
     "which is not installed: without it, agenthub provides only openrlhf.utils.agent's "
-    "AgentInstanceBase, AgentExecutorBase and MultiTurnAgentExecutor, to agent files. "
+    "AgentInstanceBase, AgentExecutorBase and MultiTurnAgentExecutor, to agent files, and "
+    "openrlhf.utils's extract_boxed_answer and grade_answer, to agent and reward files. "
     "pip install openrlhf, or drop that import"
 )
 
@@ -143,14 +144,14 @@ _NO_OPENRLHF = (
 def test_a_reward_file_importing_openrlhf_is_told_it_is_not_installed(tmp_path: Path) -> None:
     path = tmp_path / "r.py"
     path.write_text(
-        "from openrlhf.utils import grade_answer\n\n"
+        "from openrlhf.utils import get_tokenizer\n\n"
         "def reward_func(q, p, l):\n    return [1.0] * len(q)\n"
     )
     with pytest.raises(RewardFuncError) as raised:
         load_reward_func(path)
     assert str(raised.value) == (
         f"reward function file {path} imports from OpenRLHF (line 1, "
-        f"`from openrlhf.utils import grade_answer`), {_NO_OPENRLHF}"
+        f"`from openrlhf.utils import get_tokenizer`), {_NO_OPENRLHF}"
     )
 
 

@@ -26,6 +26,7 @@ import anyio
 from agenthub._errors import RewardFuncError
 from agenthub._tracebacks import RemoteTraceback
 from agenthub._worker_process import kill_worker, start_worker
+from agenthub.envs import _openrlhf
 from agenthub.envs._files import import_user_file
 from agenthub.envs.reward_func._output import RewardOutput, parse_reward_output
 
@@ -60,6 +61,7 @@ def load_reward_func(path: str | Path, *, processes: int | None = None) -> Rewar
 
 
 def import_reward_func(path: Path) -> Callable[..., Any]:
+    _openrlhf.install(agent=False)  # OpenRLHF's math reward example imports its math utilities
     module = import_user_file(path, kind="reward function", error=RewardFuncError)
     func = getattr(module, "reward_func", None)
     if not callable(func):

@@ -36,6 +36,9 @@ def reference_advantages(rewards: list[float], n: int, estimator: str) -> list[f
                 out.append(r - sum(others) / len(others))
             elif estimator == "reinforce":
                 out.append(r)
+    if estimator in ("reinforce", "reinforce_baseline"):  # whitened over the batch
+        mean, std = statistics.fmean(out), statistics.pstdev(out)
+        out = [(a - mean) / std for a in out]
     return out
 
 
