@@ -4,6 +4,8 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 TRAIN_ARGS ?=
 export AGENTHUB_VENV := $(VENV)
+# Material for MkDocs prints a boxed notice about its successor at every build.
+export NO_MKDOCS_2_WARNING := 1
 # Material for MkDocs prints a banner about MkDocs 2.0 on every build; the pins keep 1.x.
 export NO_MKDOCS_2_WARNING := 1
 
