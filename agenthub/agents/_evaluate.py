@@ -1,0 +1,441 @@
+"""`evaluate`: a model's reward on an environment's tasks, as `agenthub eval`, the trainer's
+held-out evaluation and a user's script all measure it.
+
+How the number is defined (one definition, for eval and train alike):
+
+- **Reward** is the mean of every episode's `reward`, an episode that ended in an error (the env
+  raised, a step or a reply timed out, scoring failed) counting as 0, whatever it earned before
+  it failed. Errors are not left out: a model whose episodes crash is not rewarded for the ones
+  that did not, and the same model on the same tasks gets the same number however many fail.
+  How many failed, and why, is reported beside it (`errors`, `last_error`).
+- **Score** is the same mean over each episode's `success_score` (the env's task score where it
+  reports one, else its reward), errors again as 0.
+- **pass@k** is given when every score is 0 or 1: the unbiased estimator of Chen et al. (2021),
+  `1 - C(n - c, k) / C(n, k)` for a task with `n` samples of which `c` scored 1, averaged over
+  the tasks with at least `k` samples; for `k = 1` and for `k = samples_per_task`.
+
+Episodes are seeded (each env reset and each request's sampling seed derive from `seed`, the
+task, the sample and the turn), so the same model, tasks, seed and sampling give the same
+episodes, and the same reward, from `agenthub eval` and from the trainer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from agenthub._errors import AgentHubError
+from agenthub._types import Task
+from agenthub.agents._chat import ChatTokenizer
+from agenthub.agents._config import RolloutConfig
+from agenthub.agents._engine import InferenceEngine
+from agenthub.agents._engines import open_engine, rollout_config
+from agenthub.agents._run_dir import (
+    EvalIdentity,
+    append_jsonl,
+    changed_fields,
+    load_tasks,
+    locked,
+    read_jsonl,
+    write_atomic,
+)
+from agenthub.agents._runner import EpisodeRunner
+from agenthub.agents._trajectory import Trajectory, mean_extra_logs
+
+__all__ = [
+    "FAILED",
+    "RUN",
+    "SUMMARY",
+    "TRAJECTORIES",
+    "EvalConfig",
+    "EvalRun",
+    "EvalSummary",
+    "TokenCounts",
+    "aevaluate",
+    "counted_reward",
+    "evaluate",
+    "pass_at_k",
+]
+
+TRAJECTORIES = "trajectories.jsonl"
+FAILED = "failed.jsonl"  # episodes that ended in errors, moved out of TRAJECTORIES to be re-run
+SUMMARY = "summary.json"
+RUN = "eval.json"
+
+OnTrajectory = Callable[[Trajectory], Awaitable[None]]
+
+
+class EvalConfig(BaseModel):
+    """What to evaluate and how each episode is sampled (`agenthub eval`'s flags, by field).
+
+    - `env`, `env_kwargs`: the environment, as `agenthub.make` takes it.
+    - `tasks_file`: a JSONL task file, read with the field names the env was given; without
+      one, the env's own `split` ("held_out" or "train").
+    - `num_tasks`: the first N tasks (all: None); `samples_per_task`: episodes per task (the k
+      of pass@k).
+    - `model`: a local Hugging Face model directory, or "default" (the embedded default model,
+      built on first use; also what None means when no `base_url` is given). `base_url`: an
+      OpenAI-compatible server taking token ids, for which `model` gives only the tokenizer.
+    - Sampling: `temperature` (0: greedy), `top_p`, `max_reply_tokens` per reply, `stop`
+      strings (the env's own apply too), `seed` for env resets and sampling alike.
+    - Budgets: `max_turns` replies and `max_tokens` tokens per episode (None: the env ends it,
+      within the model's context); `concurrency` episodes at once; `generate_timeout_s` per
+      reply and `env_step_timeout_s` per env reset or step before the episode ends as timed
+      out.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: str
+    env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    tasks_file: str | None = None
+    split: str = "held_out"
+    num_tasks: int | None = Field(None, ge=1)
+    samples_per_task: int = Field(1, ge=1)
+    model: str | None = None
+    base_url: str | None = None
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int = 0
+    max_reply_tokens: int = Field(512, ge=1)
+    max_tokens: int | None = Field(None, ge=2)
+    max_turns: int | None = Field(None, ge=1)
+    stop: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    chat_template: bool = True
+    concurrency: int = Field(32, ge=1)
+    generate_timeout_s: float = Field(300.0, gt=0)
+    env_step_timeout_s: float = Field(300.0, gt=0)
+
+    def rollout(self) -> RolloutConfig:
+        """The `RolloutConfig` every episode of this evaluation gets."""
+        return rollout_config(
+            self,
+            samples=self.samples_per_task,
+            concurrency=self.concurrency,
+            seed=self.seed,
+            sampling_seed=self.seed,
+        )
+
+    def load_tasks(self) -> list[Task]:
+        """The tasks this evaluation plays (`AgentHubError` for none, or repeated ids)."""
+        return load_tasks(
+            self.env,
+            self.env_kwargs,
+            tasks_file=self.tasks_file,
+            split=self.split,
+            limit=self.num_tasks,
+        )
+
+
+class TokenCounts(BaseModel):
+    total: int
+    generated: int
+    mean_generated_per_episode: float | None
+
+
+class EvalSummary(BaseModel):
+    """An evaluation's figures (`summary.json` of `agenthub eval`; the trainer's held-out
+    evaluation). `mean_reward`, `mean_score` and `pass_at_k` are defined in this module's
+    docstring: an episode that ended in an error counts as 0. `errors` counts the failed
+    episodes by cause, `last_error` quotes the last ("cause: message"). `policy_version` and
+    `policy_version_max` are the oldest and newest policy version that sampled a token (a
+    trainer's weight sync may land during an evaluation). Means are None without episodes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    episodes: int
+    tasks: int
+    mean_reward: float | None
+    mean_score: float | None
+    pass_at_k: dict[str, float] | None
+    terminated: int
+    truncated: int
+    errors: dict[str, int]
+    tokens: TokenCounts
+    mean_turns: float | None
+    extra_logs: dict[str, float]
+    last_error: str | None = None
+    policy_version: int | None = None
+    policy_version_max: int | None = None
+
+    @property
+    def num_errors(self) -> int:
+        return sum(self.errors.values())
+
+    @classmethod
+    def of(cls, trajectories: Sequence[Trajectory], samples_per_task: int) -> EvalSummary:
+        """The summary of `trajectories`, `samples_per_task` of each task asked for."""
+        n = len(trajectories)
+        by_task: dict[str, list[float]] = {}
+        for t in trajectories:
+            by_task.setdefault(t.task_id, []).append(counted_score(t))
+        scores = [s for group in by_task.values() for s in group]
+        generated = sum(t.num_generated_tokens for t in trajectories)
+        sampled = [
+            v
+            for t in trajectories
+            for v, m in zip(t.policy_versions, t.loss_mask, strict=True)
+            if m
+        ]
+        failed = [t.error for t in trajectories if t.error is not None]
+        return cls(
+            episodes=n,
+            tasks=len(by_task),
+            mean_reward=sum(counted_reward(t) for t in trajectories) / n if n else None,
+            mean_score=sum(scores) / n if n else None,
+            pass_at_k=_pass_at_ks(list(by_task.values()), samples_per_task),
+            terminated=sum(t.terminated for t in trajectories),
+            truncated=sum(t.truncated for t in trajectories),
+            errors=dict(Counter(e.cause for e in failed)),
+            tokens=TokenCounts(
+                total=sum(len(t.tokens) for t in trajectories),
+                generated=generated,
+                mean_generated_per_episode=generated / n if n else None,
+            ),
+            mean_turns=sum(t.num_turns for t in trajectories) / n if n else None,
+            extra_logs=mean_extra_logs(trajectories),
+            last_error=f"{failed[-1].cause}: {failed[-1].message}" if failed else None,
+            policy_version=min(sampled, default=None),
+            policy_version_max=max(sampled, default=None),
+        )
+
+    def __getitem__(self, key: str) -> Any:
+        """The trainer's held-out evaluation was a dict of these keys; its reader goes on
+        working until it reads the fields (`reward` is `mean_reward`, `errors` the count)."""
+        return {
+            "reward": self.mean_reward,
+            "score": self.mean_score,
+            "episodes": self.episodes,
+            "errors": self.num_errors,
+            "error_causes": self.errors,
+            "last_error": self.last_error or "",
+            "version": self.policy_version,
+            "version_max": self.policy_version_max,
+        }[key]
+
+
+def counted_reward(trajectory: Trajectory) -> float:
+    """An episode's reward as an evaluation counts it: 0 for one that ended in an error."""
+    return 0.0 if trajectory.error else trajectory.reward
+
+
+def counted_score(trajectory: Trajectory) -> float:
+    """An episode's `success_score` as an evaluation counts it: 0 for one that ended in an
+    error."""
+    return 0.0 if trajectory.error else trajectory.success_score
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k estimator of Chen et al. (2021) for n samples with c correct."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _pass_at_ks(groups: list[list[float]], samples_per_task: int) -> dict[str, float] | None:
+    """pass@1 and pass@`samples_per_task` over each task's scores, when all are 0 or 1."""
+    if not groups or not all(s in (0.0, 1.0) for g in groups for s in g):
+        return None
+    out = {}
+    for k in sorted({1, samples_per_task}):
+        values = [pass_at_k(len(g), int(sum(g)), k) for g in groups if len(g) >= k]
+        if values:
+            out[f"pass@{k}"] = sum(values) / len(values)
+    return out
+
+
+def evaluate(
+    config: EvalConfig,
+    *,
+    out: str | Path | None = None,
+    engine: InferenceEngine | None = None,
+    chat: ChatTokenizer | None = None,
+    tasks: Sequence[Task] | None = None,
+    on_trajectory: OnTrajectory | None = None,
+) -> EvalSummary:
+    """Evaluate `config.model` on `config.env`'s tasks; see `aevaluate`."""
+    return anyio.run(
+        functools.partial(
+            aevaluate,
+            config,
+            out=out,
+            engine=engine,
+            chat=chat,
+            tasks=tasks,
+            on_trajectory=on_trajectory,
+        )
+    )
+
+
+async def aevaluate(
+    config: EvalConfig,
+    *,
+    out: str | Path | None = None,
+    engine: InferenceEngine | None = None,
+    chat: ChatTokenizer | None = None,
+    tasks: Sequence[Task] | None = None,
+    on_trajectory: OnTrajectory | None = None,
+) -> EvalSummary:
+    """Play `samples_per_task` episodes of each task and summarize them (reward as this
+    module's docstring defines it).
+
+    `engine` and `chat` (given together) evaluate on an engine already running, left open;
+    without them one is started for `config.model` and closed after. `tasks` replaces the
+    config's task source. With `out`, the run directory `agenthub eval` writes (`eval.json`,
+    `trajectories.jsonl`, `summary.json`) is used: a second call with the same config plays
+    only the episodes missing (those that ended in errors again), and one with another config
+    is refused. `on_trajectory` is awaited with each episode as it finishes.
+
+    Raises `AgentHubError` for what the user can fix (a wrong model, env, task source, an
+    `out` holding another run); a failed episode is not raised, it counts as 0."""
+    if (engine is None) != (chat is None):
+        raise ValueError("give engine and chat together, or neither (to start one)")
+    if tasks is None:
+        tasks = await anyio.to_thread.run_sync(config.load_tasks)
+    if out is None:
+        async with _engine(config, engine, chat) as (chat, engine):
+            done = await _play(config, chat, engine, tasks, on_trajectory)
+        return EvalSummary.of(done, config.samples_per_task)
+    with locked(Path(out), command="eval"):
+        run = EvalRun.open(config, Path(out), tasks)
+        if run.work:
+            async with _engine(config, engine, chat) as (chat, engine):
+                await run.aplay(engine, chat, on_trajectory)
+        return run.summary()
+
+
+async def _play(
+    config: EvalConfig,
+    chat: ChatTokenizer,
+    engine: InferenceEngine,
+    tasks: Sequence[Task],
+    on_trajectory: OnTrajectory | None,
+) -> list[Trajectory]:
+    done: list[Trajectory] = []
+
+    async def keep(trajectory: Trajectory) -> None:
+        done.append(trajectory)
+        if on_trajectory is not None:
+            await on_trajectory(trajectory)
+
+    runner = EpisodeRunner(engine, chat, config.env, config.rollout(), env_kwargs=config.env_kwargs)
+    await runner.run(tasks, on_trajectory=keep)
+    return done
+
+
+@asynccontextmanager
+async def _engine(
+    config: EvalConfig, engine: InferenceEngine | None, chat: ChatTokenizer | None
+) -> AsyncIterator[tuple[ChatTokenizer, InferenceEngine]]:
+    """The engine given, or one started for the config (and closed after)."""
+    if engine is not None and chat is not None:
+        yield chat, engine
+        return
+    chat, engine = await open_engine(
+        config.model, base_url=config.base_url, seed=config.seed, concurrency=config.concurrency
+    )
+    try:
+        yield chat, engine
+    finally:
+        await engine.aclose()
+
+
+class EvalRun:
+    """An evaluation's run directory, held (`locked`) by the caller: `eval.json` (the run's
+    identity), `trajectories.jsonl` (one line per finished episode, appended as each ends),
+    `failed.jsonl` (episodes that ended in errors, moved out to be played again) and
+    `summary.json`. `open` checks the directory holds this run, or none, and finds the work
+    left: `kept` episodes from an earlier call, `work` the (task, samples) still to play."""
+
+    def __init__(self, config: EvalConfig, out: Path, tasks: Sequence[Task]) -> None:
+        self.config = config
+        self.out = out
+        self.tasks = list(tasks)
+        self.total = len(self.tasks) * config.samples_per_task
+        self.kept: list[Trajectory] = []
+        self.rerun = 0  # episodes that ended in errors, moved to FAILED to be played again
+        self.work: list[tuple[Task, list[int]]] = []
+
+    @classmethod
+    def open(cls, config: EvalConfig, out: Path, tasks: Sequence[Task]) -> EvalRun:
+        """`out` made ready for `config`'s run; `AgentHubError` if it holds another run."""
+        run = cls(config, out, tasks)
+        finished = run.prepare(EvalIdentity.of(config))
+        wanted = {t.id for t in run.tasks}
+        k = config.samples_per_task
+        run.kept = [t for t in finished if t.task_id in wanted and t.sample < k]
+        done: dict[str, set[int]] = defaultdict(set)
+        for t in run.kept:
+            done[t.task_id].add(t.sample)
+        missing = {t.id: [i for i in range(k) if i not in done[t.id]] for t in run.tasks}
+        run.work = [(t, missing[t.id]) for t in run.tasks if missing[t.id]]
+        return run
+
+    def prepare(self, identity: EvalIdentity) -> list[Trajectory]:
+        """Check `out` holds the same run, or take it over; return the episodes it finished.
+        Episodes that ended in errors are not finished: their lines move to `FAILED`. A run
+        that finished no episode (its start failed on a wrong model or server, say) holds
+        nothing another run's settings could mix with: it is taken over."""
+        out = self.out
+        out.mkdir(parents=True, exist_ok=True)
+        trajectories = read_jsonl(out / TRAJECTORIES, Trajectory, repair=True)
+        finished = [t for t in trajectories if t.error is None]
+        if (out / RUN).exists() and finished:
+            recorded = EvalIdentity.model_validate_json((out / RUN).read_text(encoding="utf-8"))
+            if changed := changed_fields(recorded, identity, assumed=EvalIdentity.ASSUMED):
+                raise AgentHubError(
+                    f"{out} holds an eval run with different {', '.join(changed)}; "
+                    "pass another --out, or delete the directory to start over"
+                )
+        else:
+            write_atomic(out / RUN, identity.model_dump_json(indent=2) + "\n")
+        if failed := [t for t in trajectories if t.error is not None]:
+            append_jsonl(out / FAILED, failed)
+            write_atomic(out / TRAJECTORIES, "".join(t.model_dump_json() + "\n" for t in finished))
+            self.rerun = len(failed)
+        return finished
+
+    async def aplay(
+        self,
+        engine: InferenceEngine,
+        chat: ChatTokenizer,
+        on_trajectory: OnTrajectory | None = None,
+    ) -> None:
+        """Play the work left, appending each episode to `trajectories.jsonl` as it ends."""
+        config = self.config
+        runner = EpisodeRunner(
+            engine, chat, config.env, config.rollout(), env_kwargs=config.env_kwargs
+        )
+        with (self.out / TRAJECTORIES).open("a", encoding="utf-8") as sink:
+
+            async def write(trajectory: Trajectory) -> None:
+                sink.write(trajectory.model_dump_json() + "\n")
+                sink.flush()
+                if on_trajectory is not None:
+                    await on_trajectory(trajectory)
+
+            await runner.run(self.work, on_trajectory=write)
+
+    def finished(self) -> list[Trajectory]:
+        """The episodes of this run's tasks in `trajectories.jsonl` (the directory may hold
+        more, from an earlier call with more tasks)."""
+        wanted = {t.id for t in self.tasks}
+        return [
+            t
+            for t in read_jsonl(self.out / TRAJECTORIES, Trajectory)
+            if t.task_id in wanted and t.sample < self.config.samples_per_task
+        ]
+
+    def summary(self) -> EvalSummary:
+        """The summary of this run's episodes, written to `summary.json`."""
+        summary = EvalSummary.of(self.finished(), self.config.samples_per_task)
+        write_atomic(self.out / SUMMARY, summary.model_dump_json(indent=2) + "\n")
+        return summary
