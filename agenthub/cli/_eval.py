@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agenthub._errors import AgentHubError
+from agenthub._pairs import parse_kwargs
 from agenthub.agents import ChatTokenizer, InferenceEngine, Timeouts, Trajectory
 from agenthub.agents._engines import open_engine
 from agenthub.agents._evaluate import (
@@ -36,7 +37,7 @@ from agenthub.agents._evaluate import (
     counted_reward,
 )
 from agenthub.agents._run_dir import locked, writable
-from agenthub.cli._envs import find_local_envs, parse_kwargs, run_dir
+from agenthub.cli._envs import find_local_envs, run_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,9 +13,10 @@ import anyio
 from rich.console import Console
 from rich.text import Text
 
+from agenthub._pairs import parse_kwargs
 from agenthub.agents import InferenceEngine, SamplingParams
 from agenthub.agents._engines import interruptible_start, resolve_model
-from agenthub.cli._envs import find_local_envs, parse_kwargs
+from agenthub.cli._envs import find_local_envs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
