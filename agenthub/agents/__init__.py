@@ -11,7 +11,8 @@ from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._config import RolloutConfig, Timeouts
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import ChatTemplateError, EngineError
-from agenthub.agents._evaluate import EvalConfig, EvalRun, EvalSummary, aevaluate, evaluate
+from agenthub.agents._eval_summary import EvalSummary
+from agenthub.agents._evaluate import EvalConfig, EvalRun, aevaluate, evaluate
 from agenthub.agents._fake import FakeEngine
 from agenthub.agents._openai import OpenAIEngine
 from agenthub.agents._runner import EpisodeRunner, Scorer

@@ -27,15 +27,8 @@ from agenthub._errors import AgentHubError
 from agenthub._pairs import parse_kwargs
 from agenthub.agents import ChatTokenizer, InferenceEngine, Timeouts, Trajectory
 from agenthub.agents._engines import open_engine
-from agenthub.agents._evaluate import (
-    FAILED,
-    SUMMARY,
-    TRAJECTORIES,
-    EvalConfig,
-    EvalRun,
-    EvalSummary,
-    counted_reward,
-)
+from agenthub.agents._eval_summary import EvalSummary, counted_reward
+from agenthub.agents._evaluate import FAILED, SUMMARY, TRAJECTORIES, EvalConfig, EvalRun
 from agenthub.agents._run_dir import locked, writable
 from agenthub.cli._envs import find_local_envs, run_dir
 
