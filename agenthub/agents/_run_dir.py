@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import json
 import logging
 import os
 from collections import Counter
@@ -34,6 +35,7 @@ __all__ = [
     "EvalIdentity",
     "append_jsonl",
     "changed_fields",
+    "jsonl_lines",
     "load_tasks",
     "locked",
     "read_jsonl",
@@ -110,9 +112,9 @@ def write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def read_jsonl(path: Path, model: type[M], *, repair: bool = False) -> list[M]:
-    """Every complete line of `path` as a `model` (none when it does not exist). With
-    `repair`, a last line cut off by a crash is removed so the file can be appended to again."""
+def jsonl_lines(path: Path, *, repair: bool = False) -> list[str]:
+    """Every complete line of `path` (none when it does not exist). With `repair`, a last line
+    cut off by a crash is removed from the file, so it can be appended to again."""
     if not path.exists():
         return []
     raw = path.read_bytes()
@@ -120,13 +122,22 @@ def read_jsonl(path: Path, model: type[M], *, repair: bool = False) -> list[M]:
     if tail and repair:
         path.write_bytes(complete + b"\n" if complete else b"")
     lines = complete.decode("utf-8").splitlines() if complete else []
-    return [model.model_validate_json(line) for line in lines if line.strip()]
+    return [line for line in lines if line.strip()]
 
 
-def append_jsonl(path: Path, records: Sequence[BaseModel]) -> None:
-    """Append one line per record to `path` (created if missing)."""
+def read_jsonl(path: Path, model: type[M], *, repair: bool = False) -> list[M]:
+    """Every complete line of `path` as a `model` (see `jsonl_lines`)."""
+    return [model.model_validate_json(line) for line in jsonl_lines(path, repair=repair)]
+
+
+def append_jsonl(path: Path, records: Sequence[BaseModel | Mapping[str, Any]]) -> None:
+    """Append one JSON line per record (a model, or a plain mapping such as a metrics row) to
+    `path`, created if missing, and flush it."""
     with path.open("a", encoding="utf-8") as sink:
-        sink.writelines(r.model_dump_json() + "\n" for r in records)
+        sink.writelines(
+            (r.model_dump_json() if isinstance(r, BaseModel) else json.dumps(r)) + "\n"
+            for r in records
+        )
 
 
 def changed_fields(recorded: M, identity: M, *, assumed: Sequence[str] = ()) -> list[str]:

@@ -34,6 +34,24 @@ def test_help_lists_every_command() -> None:
         assert command in result.stdout
 
 
+def test_every_command_names_a_handler_that_exists() -> None:
+    # Commands were registered three ways (a wrapper from _main, which _sandbox imported back,
+    # and a function itself); each now names its handler as "module:function".
+    import argparse
+
+    from agenthub.cli._main import _handler, build_parser
+
+    def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [parser]
+        return [leaf for sub in subs for child in sub.choices.values() for leaf in leaves(child)]
+
+    handlers = {leaf.get_default("handler") for leaf in leaves(build_parser())}
+    assert len(handlers) == 12 and all(isinstance(h, str) for h in handlers), handlers
+    assert all(callable(_handler(name)) for name in handlers)
+
+
 def test_envs_list_shows_builtins_with_package_and_description(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
