@@ -58,45 +58,55 @@ OnTrajectory = Callable[[Trajectory], Awaitable[None]]
 
 
 class EvalConfig(BaseModel):
-    """What to evaluate and how each episode is sampled (`agenthub eval`'s flags, by field).
+    """What to evaluate, and how each episode is sampled (`agenthub eval`'s flags, by field).
+    Sampling and budget fields have the names, and the meaning, of the trainer's `rollout`
+    section."""
 
-    - `env`, `env_kwargs`: the environment, as `agenthub.make` takes it.
-    - `tasks_file`: a JSONL task file, read with the field names the env was given; without
-      one, the env's own `split` ("held_out" or "train").
-    - `num_tasks`: the first N tasks (all: None); `samples_per_task`: episodes per task (the k
-      of pass@k).
-    - `model`: a local Hugging Face model directory, or "default" (the embedded default model,
-      built on first use; also what None means when no `base_url` is given). `base_url`: an
-      OpenAI-compatible server taking token ids, for which `model` gives only the tokenizer.
-    - Sampling: `temperature` (0: greedy), `top_p`, `max_reply_tokens` per reply, `stop`
-      strings (the env's own apply too), `seed` for env resets and sampling alike.
-    - Budgets: `max_turns` replies and `max_tokens` tokens per episode (None: the env ends it,
-      within the model's context); `concurrency` episodes at once; `generate_timeout_s` per
-      reply and `env_step_timeout_s` per env reset or step before the episode ends as timed
-      out.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     env: str
+    """Environment id, as `agenthub.make` takes it."""
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Arguments of the environment."""
     tasks_file: str | None = None
+    """A JSONL task file, read with the field names the env was given; unset, the env's own
+    `split`."""
     split: str = "held_out"
+    """The env's split to take tasks from ("held_out" or "train")."""
     num_tasks: int | None = Field(None, ge=1)
+    """The first N tasks; unset, all of them."""
     samples_per_task: int = Field(1, ge=1)
+    """Episodes per task (the k of pass@k)."""
     model: str | None = None
+    """A local Hugging Face model directory, or "default" (the embedded default model, built on
+    first use; also what unset means without `base_url`)."""
     base_url: str | None = None
+    """An OpenAI-compatible server that takes token ids, ending in /v1; `model` then gives only
+    its tokenizer."""
     temperature: float = Field(1.0, ge=0)
+    """Sampling temperature (0: greedy)."""
     top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling."""
     seed: int = 0
+    """Seeds every env reset and every request's sampling, derived per task, sample and turn."""
     max_reply_tokens: int = Field(512, ge=1)
+    """Tokens per model reply."""
     max_tokens: int | None = Field(None, ge=2)
+    """Longest token sequence of an episode (default: the model's context)."""
     max_turns: int | None = Field(None, ge=1)
+    """Replies per episode; unset, the env decides when its episodes end (within
+    `max_tokens`)."""
     stop: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    """Strings that end a reply once it writes one (kept in the reply), besides the env's."""
     chat_template: bool = True
+    """Render prompts through the tokenizer's chat template; false tokenizes text prompts as
+    they are."""
     concurrency: int = Field(32, ge=1)
+    """Episodes in flight at once."""
     generate_timeout_s: float = Field(300.0, gt=0)
+    """A reply slower than this ends its episode as `generation_timeout`."""
     env_step_timeout_s: float = Field(300.0, gt=0)
+    """An env `reset` or `step` slower than this ends its episode as `env_timeout`."""
 
     def rollout(self) -> RolloutConfig:
         """The `RolloutConfig` every episode of this evaluation gets."""
