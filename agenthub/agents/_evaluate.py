@@ -161,15 +161,15 @@ async def aevaluate(
     tasks: Sequence[Task] | None = None,
     on_trajectory: OnTrajectory | None = None,
 ) -> EvalSummary:
-    """Play `samples_per_task` episodes of each task and summarize them (reward as this
-    module's docstring defines it).
+    """Play `samples_per_task` episodes of each task and summarize them (the figures as
+    `EvalSummary` defines them: an episode that ended in an error counts as 0).
 
     `engine` and `chat` (given together) evaluate on an engine already running, left open;
     without them one is started for `config.model` and closed after. `tasks` replaces the
     config's task source. With `out`, the run directory `agenthub eval` writes (`eval.json`,
     `trajectories.jsonl`, `summary.json`) is used: a second call with the same config plays
-    only the episodes missing (those that ended in errors again), and one with another config
-    is refused. `on_trajectory` is awaited with each episode as it finishes.
+    only the episodes missing, those that ended in errors among them, and one with another
+    config is refused. `on_trajectory` is awaited with each episode as it finishes.
 
     Raises `AgentHubError` for what the user can fix (a wrong model, env, task source, an
     `out` holding another run); a failed episode is not raised, it counts as 0."""

@@ -205,8 +205,9 @@ def _say_prepared(run: EvalRun) -> None:
 
 def _report(run: EvalRun, summary: EvalSummary) -> int:
     """Print the summary's line (stdout) and what to know about it (stderr); the exit code."""
-    shown = summary.model_dump(include={"episodes", "mean_reward", "pass_at_k", "errors"})
-    print(json.dumps({k: shown[k] for k in ("episodes", "mean_reward", "pass_at_k", "errors")}))
+    print(
+        json.dumps(summary.model_dump(include={"episodes", "mean_reward", "pass_at_k", "errors"}))
+    )
     out = run.out
     print(f"wrote {out / TRAJECTORIES} and {out / SUMMARY}", file=sys.stderr)
     if not summary.num_errors:
