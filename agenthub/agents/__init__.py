@@ -2,14 +2,17 @@
 
 An `EpisodeRunner` plays episodes of one environment against one `InferenceEngine` (vLLM in
 this process, an OpenAI-compatible server, or a fake), many at once, and returns each episode as
-a `Trajectory` holding exactly the tokens that were sampled. Nothing here imports torch, vLLM
-or transformers until an engine or tokenizer is built.
+a `Trajectory` holding exactly the tokens that were sampled. `evaluate` measures a model's
+reward on an environment's tasks, as `agenthub eval` and the trainer's held-out evaluation do.
+Nothing here imports torch, vLLM or transformers until an engine or tokenizer is built.
 """
 
 from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._config import RolloutConfig, Timeouts
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import ChatTemplateError, EngineError
+from agenthub.agents._eval_summary import EvalSummary
+from agenthub.agents._evaluate import EvalConfig, EvalRun, aevaluate, evaluate
 from agenthub.agents._fake import FakeEngine
 from agenthub.agents._openai import OpenAIEngine
 from agenthub.agents._runner import EpisodeRunner, Scorer
@@ -21,6 +24,9 @@ __all__ = [
     "ChatTemplateError",
     "ChatTokenizer",
     "EngineError",
+    "EvalConfig",
+    "EvalRun",
+    "EvalSummary",
     "EpisodeError",
     "EpisodeRunner",
     "ErrorCause",
@@ -37,4 +43,6 @@ __all__ = [
     "Timings",
     "Trajectory",
     "VLLMEngine",
+    "aevaluate",
+    "evaluate",
 ]

@@ -16,8 +16,6 @@ _EXAMPLE = (
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from agenthub.cli._main import _lazy
-
     config = commands.add_parser("config", help="translate other frameworks' training settings")
     actions = config.add_subparsers(dest="action", metavar="ACTION", required=True)
     convert = actions.add_parser(
@@ -43,7 +41,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the command's flags after `--` (or the whole `python3 -m "
         "openrlhf.cli.train_ppo_ray ...` command)",
     )
-    convert.set_defaults(handler=_lazy("agenthub.cli._config", "from_openrlhf_command"))
+    convert.set_defaults(handler="agenthub.cli._config:from_openrlhf_command")
 
 
 def from_openrlhf_command(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import select
 import stat
@@ -9,7 +10,14 @@ import sys
 from collections.abc import Callable, Sequence
 
 from agenthub._errors import AgentHubError
+from agenthub.cli._bench import add_arguments as bench_arguments
+from agenthub.cli._config import add_parser as add_config_parser
+from agenthub.cli._eval import add_arguments as eval_arguments
 from agenthub.cli._model import add_model_parser
+from agenthub.cli._repl import add_arguments as repl_arguments
+from agenthub.cli._sandbox import add_parser as add_sandbox_parser
+from agenthub.cli._serve_rm import add_arguments as serve_rm_arguments
+from agenthub.cli._train import add_arguments as train_arguments
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -27,119 +35,118 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"agenthub {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
     for group in ("envs", "env"):
-        envs = commands.add_parser(
-            group,
-            help="list, describe, check and scaffold environments"
-            if group == "envs"
-            else "alias of envs",
-        )
-        actions = envs.add_subparsers(dest="action", metavar="ACTION", required=True)
-        listing = actions.add_parser("list", help="list installed environments")
-        listing.add_argument("--json", action="store_true", help="print JSON lines")
-        listing.set_defaults(handler=_lazy("agenthub.cli._envs", "list_command"))
-        show = actions.add_parser(
-            "show", help="describe an env: its docstring, the arguments it takes, its tools"
-        )
-        show.add_argument("env_id", metavar="ID")
-        show.add_argument("--json", action="store_true", help="print one JSON object")
-        show.set_defaults(handler=_lazy("agenthub.cli._envs", "show_command"))
-        check = actions.add_parser("check", help="run agenthub.testing.check_env on an env")
-        check.add_argument("env_id", metavar="ID")
-        check.add_argument(
-            "kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
-        )
-        check.add_argument("--tasks", metavar="FILE", help="JSONL task file to check with")
-        check.add_argument(
-            "--timeout",
-            type=float,
-            default=60.0,
-            metavar="S",
-            help="seconds each call of the env may take, blocking the event loop included "
-            "(default: 60)",
-        )
-        check.set_defaults(handler=_lazy("agenthub.cli._envs", "check_command"))
-        init = actions.add_parser("init", help="scaffold a plugin package for a new env")
-        init.add_argument("name", help="environment id and package name, e.g. guess-number")
-        init.add_argument("--dir", default=None, help="where to create it (default: ./NAME)")
-        init.add_argument(
-            "--tools",
-            action="store_true",
-            help="the example env lets the model call Python functions (agenthub.tools.ToolEnv)",
-        )
-        init.set_defaults(handler=_lazy("agenthub.cli._scaffold", "init_command"))
-
-    from agenthub.cli._serve_rm import add_arguments as serve_rm_arguments
-
-    serve_rm = commands.add_parser(
-        "serve-rm", help="serve a reward function or reward model over the OpenRLHF HTTP protocol"
+        _add_envs_parser(commands, group)
+    _add_command(
+        commands,
+        "serve-rm",
+        "agenthub.cli._serve_rm:serve_rm_command",
+        serve_rm_arguments,
+        help="serve a reward function or reward model over the OpenRLHF HTTP protocol",
     )
-    serve_rm_arguments(serve_rm)
-    serve_rm.set_defaults(handler=_lazy("agenthub.cli._serve_rm", "serve_rm_command"))
-
-    from agenthub.cli._sandbox import add_parser as add_sandbox_parser
-
     add_sandbox_parser(commands)
-
-    from agenthub.cli._config import add_parser as add_config_parser
-
     add_config_parser(commands)
-
-    evaluate = commands.add_parser(
+    _add_command(
+        commands,
         "eval",
+        "agenthub.cli._eval:eval_command",
+        eval_arguments,
         help="evaluate a model on an environment (vLLM in-process or an OpenAI-compatible server)",
     )
-    _add_eval_arguments(evaluate)
-    evaluate.set_defaults(handler=_lazy("agenthub.cli._eval", "eval_command"))
-
     add_model_parser(commands)
-
-    from agenthub.cli._train import add_arguments as train_arguments
-
-    train = commands.add_parser(
+    _add_command(
+        commands,
         "train",
+        "agenthub.cli._train:train_command",
+        train_arguments,
         help="train a model on an environment with asynchronous off-policy RL",
         description="Train with rollout workers (vLLM) and a DeepSpeed learner on Ray. "
         "Configure with --config TOML files and KEY=VALUE overrides; the resolved config, "
         "metrics.jsonl, reward.png and checkpoints go to --out.",
     )
-    train_arguments(train)
-    train.set_defaults(handler=_lazy("agenthub.cli._train", "train_command"))
-
-    from agenthub.cli._repl import add_arguments as repl_arguments
-
-    repl = commands.add_parser(
-        "repl", help="step through an environment by hand, as a person or with a model"
+    _add_command(
+        commands,
+        "repl",
+        "agenthub.cli._repl:repl_command",
+        repl_arguments,
+        help="step through an environment by hand, as a person or with a model",
     )
-    repl_arguments(repl)
-    repl.set_defaults(handler=_lazy("agenthub.cli._repl", "repl_command"))
-
-    from agenthub.cli._bench import add_arguments as bench_arguments
-
-    bench = commands.add_parser(
+    _add_command(
+        commands,
         "bench",
+        "agenthub.cli._bench:bench_command",
+        bench_arguments,
         help="list or run the performance scripts under benchmarks/ (each prints its ratio last)",
     )
-    bench_arguments(bench)
-    bench.set_defaults(handler=_lazy("agenthub.cli._bench", "bench_command"))
     return parser
 
 
-def _add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    from agenthub.cli._eval import add_arguments
+def _add_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    *,
+    help: str,
+    description: str | None = None,
+) -> None:
+    """A command whose arguments `add_arguments` adds and which `handler` ("module:function",
+    imported when the command runs) carries out."""
+    command = commands.add_parser(name, help=help, description=description)
+    add_arguments(command)
+    command.set_defaults(handler=handler)
 
-    add_arguments(parser)
+
+def _add_envs_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], group: str
+) -> None:
+    envs = commands.add_parser(
+        group,
+        help="list, describe, check and scaffold environments"
+        if group == "envs"
+        else "alias of envs",
+    )
+    actions = envs.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = actions.add_parser("list", help="list installed environments")
+    listing.add_argument("--json", action="store_true", help="print JSON lines")
+    listing.set_defaults(handler="agenthub.cli._envs:list_command")
+    show = actions.add_parser(
+        "show", help="describe an env: its docstring, the arguments it takes, its tools"
+    )
+    show.add_argument("env_id", metavar="ID")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.set_defaults(handler="agenthub.cli._envs:show_command")
+    check = actions.add_parser("check", help="run agenthub.testing.check_env on an env")
+    check.add_argument("env_id", metavar="ID")
+    check.add_argument(
+        "kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
+    )
+    check.add_argument("--tasks", metavar="FILE", help="JSONL task file to check with")
+    check.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds each call of the env may take, blocking the event loop included "
+        "(default: 60)",
+    )
+    check.set_defaults(handler="agenthub.cli._envs:check_command")
+    init = actions.add_parser("init", help="scaffold a plugin package for a new env")
+    init.add_argument("name", help="environment id and package name, e.g. guess-number")
+    init.add_argument("--dir", default=None, help="where to create it (default: ./NAME)")
+    init.add_argument(
+        "--tools",
+        action="store_true",
+        help="the example env lets the model call Python functions (agenthub.tools.ToolEnv)",
+    )
+    init.set_defaults(handler="agenthub.cli._scaffold:init_command")
 
 
-def _lazy(module: str, attr: str) -> Handler:
-    def run(args: argparse.Namespace) -> int:
-        import importlib
-
-        handler: Handler = getattr(importlib.import_module(module), attr)
-        return handler(args)
-
-    return run
+def _handler(name: str) -> Handler:
+    """The command's function, "module:function" as its parser names it."""
+    module, _, attr = name.partition(":")
+    handler: Handler = getattr(importlib.import_module(module), attr)
+    return handler
 
 
 # Where each command keeps its KEY=VALUE arguments.
@@ -194,7 +201,7 @@ def error_message(exc: AgentHubError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
-    handler: Handler = args.handler
+    handler = _handler(args.handler)
     try:
         code = handler(args)
         sys.stdout.flush()  # a reader gone by now fails here, not in the flush at exit

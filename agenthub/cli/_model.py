@@ -28,7 +28,7 @@ def add_model_parser(commands: argparse._SubParsersAction[argparse.ArgumentParse
         metavar="ID",
         help="draw demonstrations from this environment (repeatable; default: code_exec, math)",
     )
-    init.set_defaults(handler=init_command)
+    init.set_defaults(handler="agenthub.cli._model:init_command")
 
 
 def init_command(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import signal
 import sys
@@ -13,9 +14,10 @@ import anyio
 from rich.console import Console
 from rich.text import Text
 
+from agenthub._pairs import parse_kwargs
 from agenthub.agents import InferenceEngine, SamplingParams
-from agenthub.cli._envs import find_local_envs, parse_kwargs
-from agenthub.cli._eval import interruptible_start, resolve_model
+from agenthub.agents._engines import interruptible_start, resolve_model
+from agenthub.cli._envs import find_local_envs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,39 +66,6 @@ def repl_command(args: argparse.Namespace) -> int:
     with console.status("loading the tokenizer..."):
         chat = ChatTokenizer.from_pretrained(model)
 
-    async def build_engine() -> InferenceEngine:
-        from agenthub.agents import VLLMEngine
-
-        # vLLM's start-up log would bury the episode; VLLM_LOGGING_LEVEL=INFO brings it back.
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-        # The engine core runs in a process group of its own, so a Ctrl-C typed later (at the
-        # prompt, or to stop a reply) leaves it running. One typed while it starts is the
-        # REPL's first Ctrl-C (the entry stops, once the model is up, and the model stays
-        # loaded); a second quits, as raising KeyboardInterrupt into vLLM's start-up would
-        # leave it waiting minutes for an engine that no longer answers.
-        heard = False
-        entry_stops = signal.getsignal(signal.SIGINT)
-
-        def forgive() -> None:
-            nonlocal heard
-            heard = True
-            print(
-                "\nthe model is still loading: this entry stops once it is up "
-                "(Ctrl-C again quits the REPL)",
-                file=sys.stderr,
-                flush=True,
-            )
-            if callable(entry_stops):
-                entry_stops(signal.SIGINT, None)
-
-        with interruptible_start(quitting="the REPL quits, its episode unsaved", forgive=forgive):
-            try:
-                return VLLMEngine(model, seed=args.seed, max_num_seqs=1, own_process_group=True)
-            except Exception as exc:
-                if heard:  # a start cut short by the Ctrl-C: the entry was interrupted
-                    raise asyncio.CancelledError from exc
-                raise
-
     repl = Repl(
         env=args.env,
         env_kwargs=env_kwargs,
@@ -105,7 +74,7 @@ def repl_command(args: argparse.Namespace) -> int:
         chat=chat,
         sampling=SamplingParams(max_tokens=args.max_reply_tokens),
         console=console,
-        engine_factory=build_engine,
+        engine_factory=functools.partial(_start_engine, model, args.seed),
         tasks_file=args.tasks,
         split=args.split,
         chat_template=args.chat_template,
@@ -114,6 +83,41 @@ def repl_command(args: argparse.Namespace) -> int:
         Text(f"agenthub repl: env {args.env}, model {_name(model)}", style="bold"), markup=False
     )
     return run_terminal(repl)
+
+
+async def _start_engine(model: Path, seed: int) -> InferenceEngine:
+    """vLLM for the REPL's `:gen`, started on its first use."""
+    from agenthub.agents import VLLMEngine
+
+    # vLLM's start-up log would bury the episode; VLLM_LOGGING_LEVEL=INFO brings it back.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # The engine core runs in a process group of its own, so a Ctrl-C typed later (at the
+    # prompt, or to stop a reply) leaves it running. One typed while it starts is the
+    # REPL's first Ctrl-C (the entry stops, once the model is up, and the model stays
+    # loaded); a second quits, as raising KeyboardInterrupt into vLLM's start-up would
+    # leave it waiting minutes for an engine that no longer answers.
+    heard = False
+    entry_stops = signal.getsignal(signal.SIGINT)
+
+    def forgive() -> None:
+        nonlocal heard
+        heard = True
+        print(
+            "\nthe model is still loading: this entry stops once it is up "
+            "(Ctrl-C again quits the REPL)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if callable(entry_stops):
+            entry_stops(signal.SIGINT, None)
+
+    with interruptible_start(quitting="the REPL quits, its episode unsaved", forgive=forgive):
+        try:
+            return VLLMEngine(model, seed=seed, max_num_seqs=1, own_process_group=True)
+        except Exception as exc:
+            if heard:  # a start cut short by the Ctrl-C: the entry was interrupted
+                raise asyncio.CancelledError from exc
+            raise
 
 
 def _name(model: Path) -> str:

@@ -11,8 +11,6 @@ from agenthub._errors import AgentHubError
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from agenthub.cli._main import _lazy
-
     sandbox = commands.add_parser("sandbox", help="build the sandbox image and run code in it")
     actions = sandbox.add_subparsers(dest="action", metavar="ACTION", required=True)
     build = actions.add_parser(
@@ -22,7 +20,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     build.add_argument("--suite", default="bookworm", help="Debian suite (default: bookworm)")
     build.add_argument("--mirror", default=None, help="Debian mirror URL (default: debootstrap's)")
     build.add_argument("--if-missing", action="store_true", help="do nothing if the tag exists")
-    build.set_defaults(handler=_lazy("agenthub.cli._sandbox", "build_image_command"))
+    build.set_defaults(handler="agenthub.cli._sandbox:build_image_command")
     run = actions.add_parser("run", help="run a Python file in the sandbox and show the result")
     run.add_argument("file", metavar="FILE", help="the Python program to run")
     run.add_argument("--stdin", metavar="F", default=None, help="file to feed as standard input")
@@ -34,7 +32,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     run.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
     run.add_argument("--memory-mb", type=int, default=512, help="memory limit (default 512)")
-    run.set_defaults(handler=_lazy("agenthub.cli._sandbox", "run_command"))
+    run.set_defaults(handler="agenthub.cli._sandbox:run_command")
 
 
 def build_image_command(args: argparse.Namespace) -> int:

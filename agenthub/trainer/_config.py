@@ -324,7 +324,7 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_override(item: str) -> tuple[str, Any]:
     """`key=value`, read as every agenthub command reads KEY=VALUE arguments."""
-    from agenthub.cli._envs import parse_pair
+    from agenthub._pairs import parse_pair
 
     try:
         return parse_pair(item)

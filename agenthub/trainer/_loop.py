@@ -682,7 +682,7 @@ class Trainer:
     async def _main(self) -> dict[str, Any]:
         import ray
 
-        from agenthub.cli._eval import resolve_model
+        from agenthub.agents._engines import resolve_model
         from agenthub.trainer._queue import TrajectoryQueue
         from agenthub.trainer._workers import Admission, LearnerWorker, RolloutWorker
 

@@ -12,7 +12,6 @@ import os
 import random
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,13 @@ from agenthub._types import Task
 from agenthub.agents import (
     ChatTokenizer,
     EpisodeRunner,
-    RolloutConfig,
-    SamplingParams,
-    Timeouts,
+    EvalConfig,
+    EvalSummary,
     Trajectory,
+    aevaluate,
 )
+from agenthub.agents._engines import rollout_config
+from agenthub.agents._run_dir import split_tasks
 from agenthub.trainer._config import TrainConfig
 
 __all__ = ["Admission", "LearnerWorker", "RolloutWorker", "output_to_stderr", "task_stream"]
@@ -151,23 +152,12 @@ class RolloutWorker:
             max_num_seqs=max(cfg.rollout.concurrency, cfg.eval.tasks * cfg.eval.samples_per_task),
         )
         self.keeper = make(cfg.env, **cfg.env_kwargs)
-        timeouts = Timeouts(
-            generate_s=cfg.rollout.generate_timeout_s, env_step_s=cfg.rollout.env_step_timeout_s
-        )
-        self.rollout = RolloutConfig(
-            sampling=SamplingParams(
-                max_tokens=cfg.rollout.max_reply_tokens,
-                temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p,
-                stop=cfg.rollout.stop,
-            ),
-            max_turns=cfg.rollout.max_turns,
-            max_tokens=cfg.rollout.max_tokens,
+        self.rollout = rollout_config(
+            cfg.rollout,
+            samples=cfg.rollout.n_samples_per_prompt,
             concurrency=cfg.rollout.concurrency,
-            n_samples_per_prompt=cfg.rollout.n_samples_per_prompt,
-            timeouts=timeouts,
             seed=cfg.run.seed * 1000 + self.rank,
-            chat_template=cfg.rollout.chat_template,
+            sampling_seed=None,
         )
         self.runner = EpisodeRunner(
             self.engine, self.chat, cfg.env, self.rollout, env_kwargs=cfg.env_kwargs
@@ -213,42 +203,40 @@ class RolloutWorker:
 
     async def evaluate(
         self, tasks: int, split: str, temperature: float, samples: int
-    ) -> dict[str, Any]:
-        """Mean reward and score of the current policy on the first `tasks` tasks of `split`,
-        with the oldest and newest policy version that sampled their tokens (rollouts go on
-        meanwhile, so a weight sync can land in the middle of an evaluation)."""
-        selected = list(itertools.islice(self.keeper.tasks(split), tasks))
-        config = RolloutConfig(
-            sampling=self.rollout.sampling.replace(temperature=temperature, seed=0),
-            max_turns=self.rollout.max_turns,
-            max_tokens=self.rollout.max_tokens,
-            concurrency=max(1, len(selected) * samples),
-            n_samples_per_prompt=samples,
-            timeouts=self.rollout.timeouts,
+    ) -> EvalSummary:
+        """The current policy's held-out figures (`agenthub.agents.evaluate`'s, an episode that
+        ended in an error counting as 0) on the first `tasks` tasks of `split`, sampled as the
+        training rollouts are but at `temperature` and seed 0: what `agenthub eval --seed 0`
+        with the same settings measures. Rollouts go on meanwhile, so a weight sync can land in
+        the middle of an evaluation: the summary gives the oldest and newest policy version
+        that sampled its tokens (the engine's version when none was sampled)."""
+        cfg = self.config
+        settings = cfg.rollout.model_dump(
+            include={
+                "top_p", "max_reply_tokens", "stop", "max_turns", "max_tokens", "chat_template",
+                "generate_timeout_s", "env_step_timeout_s",
+            }
+        )  # fmt: skip
+        config = EvalConfig(
+            env=cfg.env,
+            env_kwargs=cfg.env_kwargs,
+            split=split,
+            num_tasks=tasks,
+            samples_per_task=samples,
+            temperature=temperature,
             seed=0,
-            chat_template=self.rollout.chat_template,
+            concurrency=max(1, tasks * samples),
+            **settings,
         )
-        runner = EpisodeRunner(
-            self.engine, self.chat, self.config.env, config, env_kwargs=self.config.env_kwargs
-        )
+        selected = list(itertools.islice(checked_tasks(split_tasks(self.keeper, split)), tasks))
         version = self.engine.policy_version
-        done = await runner.collect(selected)
-        ok = [t for t in done if t.error is None]
-        sampled = [
-            v for t in done for v, m in zip(t.policy_versions, t.loss_mask, strict=True) if m
-        ]
-        return {
-            "version": min(sampled, default=version),
-            "version_max": max(sampled, default=version),
-            "reward": sum(t.reward for t in ok) / len(ok) if ok else float("nan"),
-            "score": sum(t.success_score for t in ok) / len(ok) if ok else float("nan"),
-            "episodes": len(done),
-            "errors": len(done) - len(ok),
-            "error_causes": dict(Counter(t.error.cause for t in done if t.error is not None)),
-            "last_error": next(
-                (f"{t.error.cause}: {t.error.message}" for t in reversed(done) if t.error), ""
-            ),
-        }
+        summary = await aevaluate(config, engine=self.engine, chat=self.chat, tasks=selected)
+        return summary.model_copy(
+            update={
+                "policy_version": _or(summary.policy_version, version),
+                "policy_version_max": _or(summary.policy_version_max, version),
+            }
+        )
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -260,6 +248,10 @@ class RolloutWorker:
     async def close(self) -> None:
         await self.keeper.aclose()
         await self.engine.aclose()
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 class LearnerWorker:

@@ -34,6 +34,24 @@ def test_help_lists_every_command() -> None:
         assert command in result.stdout
 
 
+def test_every_command_names_a_handler_that_exists() -> None:
+    # Commands were registered three ways (a wrapper from _main, which _sandbox imported back,
+    # and a function itself); each now names its handler as "module:function".
+    import argparse
+
+    from agenthub.cli._main import _handler, build_parser
+
+    def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [parser]
+        return [leaf for sub in subs for child in sub.choices.values() for leaf in leaves(child)]
+
+    handlers = [leaf.get_default("handler") for leaf in leaves(build_parser())]
+    assert all(isinstance(h, str) for h in handlers), handlers
+    assert all(callable(_handler(name)) for name in handlers)
+
+
 def test_envs_list_shows_builtins_with_package_and_description(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -375,7 +393,7 @@ def test_envs_check_of_an_env_without_tasks_asks_for_a_task_file(
 def test_a_task_file_is_read_with_the_field_names_the_env_was_given(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agenthub.cli._eval import load_tasks
+    from agenthub.agents._run_dir import load_tasks
     from agenthub.repl._tasks import TaskSource
 
     reward = tmp_path / "reward.py"
@@ -389,12 +407,11 @@ def test_a_task_file_is_read_with_the_field_names_the_env_was_given(
     pairs = [f"{key}={value}" for key, value in kwargs.items()]
 
     assert main(["envs", "check", "reward_func", *pairs, "--tasks", str(tasks)]) == 0
-    identity = {"env": "reward_func", "env_kwargs": kwargs, "tasks": str(tasks)}
-    (task,) = load_tasks(identity, None)
+    (task,) = load_tasks("reward_func", kwargs, tasks_file=str(tasks), split="", limit=None)
     assert (task.prompt, task.label) == ("Say hi", "hi")
-    broken = {"env": "tests.unit._envs:DictTasksEnv", "env_kwargs": {}, "tasks": None, "split": ""}
+    broken = "tests.unit._envs:DictTasksEnv"
     with pytest.raises(AgentHubError, match=r"env.tasks\(\) yielded dict, not agenthub.Task"):
-        load_tasks(broken, 1)
+        load_tasks(broken, {}, tasks_file=None, split="", limit=1)
     source = TaskSource(lambda: make("reward_func", **kwargs), tasks_file=str(tasks),
                         split="held_out", env_kwargs=kwargs)  # fmt: skip
     task = anyio.run(source.get, 0)

@@ -67,3 +67,30 @@ def _is_module(module: object, name: str) -> bool:
     import types
 
     return isinstance(getattr(module, name), types.ModuleType)
+
+
+LOWER_LAYERS = ("agents", "trainer", "envs", "repl", "sandbox", "tools", "wrappers", "testing")
+
+
+def test_nothing_below_the_command_line_imports_it() -> None:
+    # Layers point one way (cli -> trainer, repl -> agents -> envs, sandbox -> core): a module
+    # under these packages, or the core, that imports agenthub.cli, even inside a function,
+    # ties the library to its command line.
+    import ast
+    from pathlib import Path
+
+    root = Path(agenthub.__file__).parent
+    modules = [*root.glob("*.py"), *(p for d in LOWER_LAYERS for p in (root / d).rglob("*.py"))]
+    modules = [m for m in modules if m.name != "__main__.py"]  # `python -m agenthub` runs it
+    assert len(modules) > 50
+    offenders = []
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            if any(n == "agenthub.cli" or n.startswith("agenthub.cli.") for n in names):
+                offenders.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert not offenders, f"imports of agenthub.cli below it: {offenders}"

@@ -16,15 +16,31 @@ from agenthub import AgentHubError
 from agenthub.agents import (
     ChatTokenizer,
     EpisodeError,
+    EvalConfig,
+    EvalRun,
+    EvalSummary,
     FakeEngine,
     Generation,
     SamplingParams,
     Timings,
     Trajectory,
 )
+from agenthub.agents._engines import _vocab_size, resolve_model
+from agenthub.agents._run_dir import EvalIdentity, load_tasks, read_jsonl
 from agenthub.agents._runner import _derive_seed
 from agenthub.cli import _eval, main
-from agenthub.cli._eval import prepare_out_dir, read_trajectories, resolve_model, summarize
+
+
+def summarize(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
+    return EvalSummary.of(trajectories, k).model_dump()
+
+
+def read_trajectories(path: Path, *, repair: bool = False) -> list[Trajectory]:
+    return read_jsonl(path, Trajectory, repair=repair)
+
+
+def prepare_out_dir(out: Path, identity: dict[str, Any]) -> list[Trajectory]:
+    return EvalRun(EvalConfig(env="e"), out, []).prepare(EvalIdentity(**identity))
 
 
 def traj(task_id: str, reward: float, *, cause: str | None = None) -> Trajectory:
@@ -509,11 +525,11 @@ def test_an_interrupted_eval_keeps_its_finished_episodes_for_the_same_command_to
 def test_token_ids_are_bounded_by_the_model_s_padded_vocabulary(tmp_path: Path) -> None:
     # A served model may sample an id past its tokenizer's last (padded embedding rows): not
     # the server's error. Without the model's config.json, the tokenizer's size is the bound.
-    assert _eval._vocab_size(tmp_path, 151_665) == 151_665
+    assert _vocab_size(tmp_path, 151_665) == 151_665
     (tmp_path / "config.json").write_text('{"vocab_size": 151936}')
-    assert _eval._vocab_size(tmp_path, 151_665) == 151_936
+    assert _vocab_size(tmp_path, 151_665) == 151_936
     (tmp_path / "config.json").write_text('{"vocab_size": 100}')
-    assert _eval._vocab_size(tmp_path, 151_665) == 151_665
+    assert _vocab_size(tmp_path, 151_665) == 151_665
 
 
 @pytest.mark.parametrize(
@@ -527,9 +543,8 @@ def test_token_ids_are_bounded_by_the_model_s_padded_vocabulary(tmp_path: Path) 
     ],
 )
 def test_an_env_whose_tasks_fail_is_named_in_a_line(env: str, said: str) -> None:
-    identity = {"env": f"tests.unit._repl_envs:{env}", "env_kwargs": {}, "tasks": None}
     with pytest.raises(AgentHubError) as caught:
-        _eval.load_tasks({**identity, "split": "held_out"}, 2)
+        load_tasks(f"tests.unit._repl_envs:{env}", {}, tasks_file=None, split="held_out", limit=2)
     assert said in str(caught.value)
     if env == "TrainOnlyEnv":
         assert "_repl_envs.py:" in str(caught.value) and "in tasks)" in str(caught.value)
