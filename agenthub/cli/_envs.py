@@ -21,6 +21,7 @@ from agenthub._errors import (
     PluginLoadError,
     TaskFileError,
 )
+from agenthub._pairs import parse_pair
 from agenthub._registry import list_envs, load_entry_point, make, spec
 
 
@@ -218,17 +219,6 @@ def run_dir(command: str, env_id: str) -> Path:
     """The default output directory of `command` on `env_id`: `runs/COMMAND-ID`, an id
     `package.module:Attr` written `package.module.Attr`."""
     return Path("runs") / f"{command}-{env_id.replace(':', '.').replace(os.sep, '.')}"
-
-
-def parse_pair(pair: str) -> tuple[str, Any]:
-    """`KEY=VALUE`, the value as JSON when it parses (numbers, booleans, lists), else text."""
-    key, sep, raw = pair.partition("=")
-    if not sep or not key:
-        raise AgentHubError(f"argument {pair!r} must look like KEY=VALUE")
-    try:
-        return key.strip(), json.loads(raw)
-    except json.JSONDecodeError:
-        return key.strip(), raw
 
 
 def parse_kwargs(pairs: list[str]) -> dict[str, Any]:
