@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -98,20 +97,6 @@ class EvalSummary(BaseModel):
             policy_version=min(sampled, default=None),
             policy_version_max=max(sampled, default=None),
         )
-
-    def __getitem__(self, key: str) -> Any:
-        """The trainer's held-out evaluation was a dict of these keys; its reader goes on
-        working until it reads the fields (`reward` is `mean_reward`, `errors` the count)."""
-        return {
-            "reward": self.mean_reward,
-            "score": self.mean_score,
-            "episodes": self.episodes,
-            "errors": self.num_errors,
-            "error_causes": self.errors,
-            "last_error": self.last_error or "",
-            "version": self.policy_version,
-            "version_max": self.policy_version_max,
-        }[key]
 
 
 def counted_reward(trajectory: Trajectory) -> float:

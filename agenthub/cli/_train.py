@@ -14,10 +14,13 @@ from agenthub._errors import AgentHubError
 from agenthub.cli._envs import find_local_envs, run_dir
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress, TaskID
 
     from agenthub.trainer._config import TrainConfig
-    from agenthub.trainer._loop import RunDirectory
+    from agenthub.trainer._control import RunSummary
+    from agenthub.trainer._metrics import StepReport
+    from agenthub.trainer._rundir import RunDirectory
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def train_command(args: argparse.Namespace) -> int:
     from agenthub.trainer._config import load_config
-    from agenthub.trainer._loop import RunDirectory
+    from agenthub.trainer._rundir import RunDirectory
 
     overrides = list(args.overrides)
     for flag, key in (
@@ -105,8 +108,8 @@ def train_command(args: argparse.Namespace) -> int:
 
 def _complete(run: RunDirectory, config: TrainConfig) -> str | None:
     """Why a run resumed with `config` would stop before its first step, if it would."""
-    state = run.state() or {}
-    done, minutes = int(state.get("step", 0)), float(state.get("elapsed_s", 0.0)) / 60
+    state = run.state()
+    done, minutes = (state.step, state.elapsed_s / 60) if state else (0, 0.0)
     again = f"to train further, run agenthub train --out {run.path} --resume"
     if done >= config.run.max_steps:
         return (
@@ -121,93 +124,102 @@ def _complete(run: RunDirectory, config: TrainConfig) -> str | None:
     return None
 
 
-def _run(config: object, out: Path, resume: bool) -> int:
+def _run(config: TrainConfig, out: Path, resume: bool) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
 
-    from agenthub.trainer._config import TrainConfig
-    from agenthub.trainer._loop import StepReport, Trainer
+    from agenthub.trainer._loop import Trainer
 
-    assert isinstance(config, TrainConfig)
     console = Console(stderr=True)
-    progress = Progress(
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[stats]}"),
-        console=console,
+    display = _TrainDisplay(console, config.run.max_steps)
+    trainer = Trainer(
+        config,
+        out,
+        resume=resume,
+        on_step=display.on_step,
+        log=display.log,
+        build_progress=_BuildOnBar(display.progress, display.bar),
     )
-    bar = progress.add_task("train", total=config.run.max_steps, stats="starting")
+    console.print(f"agenthub train: env {config.env}, run directory {out}")
+    with display.progress:
+        try:
+            summary = trainer.run()
+        except BaseException:
+            if not display.started:  # a run that failed before its first step leaves no bar
+                display.progress.update(display.bar, visible=False)
+            raise
+        finally:
+            if not display.started:  # the bar's last words were a log line, printed already
+                display.progress.update(display.bar, stats="")
+        if display.last and summary.last_eval_reward is not None:
+            # The closing evaluation comes after the last step's report.
+            display.on_step(dataclasses.replace(display.last, eval_reward=summary.last_eval_reward))
+    _say_how_it_ended(console, summary, config, out)
+    print(json.dumps(summary.to_json()), file=sys.stdout)
+    return 130 if summary.interrupted else 0
 
-    started = False
-    last: list[StepReport] = []
 
-    def on_step(report: StepReport) -> None:
-        nonlocal started
-        started = True
-        last[:] = [report]
+def _say_how_it_ended(
+    console: Console, summary: RunSummary, config: TrainConfig, out: Path
+) -> None:
+    model = " model/," if config.run.save_model else ""
+    steps = f"{summary.steps} step" + ("" if summary.steps == 1 else "s")
+    if summary.steps == 0:
+        console.print(f"stopped before the first step ({summary.stopped})")
+    else:
+        console.print(
+            f"stopped after {steps} ({summary.stopped}); "
+            f"checkpoint,{model} metrics.jsonl and reward.png in {out}"
+        )
+    if summary.first_eval_reward is not None:
+        console.print(
+            f"held-out reward: {summary.first_eval_reward:.3f} at the start, "
+            f"{summary.last_eval_reward:.3f} at the end"
+        )
+    if summary.interrupted:
+        console.print(f"resume with: agenthub train --out {out} --resume")
+
+
+class _TrainDisplay:
+    """The train bar: what the run is doing until its first step, then each step's numbers;
+    the run's log lines print above it."""
+
+    def __init__(self, console: Console, max_steps: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[stats]}"),
+            console=console,
+        )
+        self.bar = self.progress.add_task("train", total=max_steps, stats="starting")
+        self.started = False
+        self.last: StepReport | None = None
+
+    def on_step(self, report: StepReport) -> None:
+        self.started = True
+        self.last = report
         held = "" if report.eval_reward is None else f"  held-out {report.eval_reward:.3f}"
-        progress.update(
-            bar,
+        self.progress.update(
+            self.bar,
             completed=report.step,
             stats=f"reward {report.reward:.3f}{held}  {report.tokens_per_s:.0f} tok/s  "
             f"staleness {report.staleness:.1f}  queue {report.queue_depth}  "
             f"idle {report.idle_fraction:.0%}",
         )
 
-    def log(line: str) -> None:
-        progress.console.print(line)
-        if not started:  # until the first step, the bar says what the run is doing
-            progress.update(bar, stats=line)
-
-    trainer = Trainer(
-        config,
-        out,
-        resume=resume,
-        on_step=on_step,
-        log=log,
-        build_progress=_BuildOnBar(progress, bar),
-    )
-    console.print(f"agenthub train: env {config.env}, run directory {out}")
-    with progress:
-        try:
-            summary = trainer.run()
-        except BaseException:
-            if not started:  # a run that failed before its first step leaves no empty bar
-                progress.update(bar, visible=False)
-            raise
-        finally:
-            if not started:  # the bar's last words were a log line, printed above it already
-                progress.update(bar, stats="")
-        if last and summary["last_eval_reward"] is not None:
-            # The closing evaluation comes after the last step's report.
-            on_step(dataclasses.replace(last[0], eval_reward=summary["last_eval_reward"]))
-    model = " model/," if config.run.save_model else ""
-    steps = f"{summary['steps']} step" + ("" if summary["steps"] == 1 else "s")
-    if summary["steps"] == 0:
-        console.print(f"stopped before the first step ({summary['stopped']})")
-    else:
-        console.print(
-            f"stopped after {steps} ({summary['stopped']}); "
-            f"checkpoint,{model} metrics.jsonl and reward.png in {out}"
-        )
-    if summary["first_eval_reward"] is not None:
-        console.print(
-            f"held-out reward: {summary['first_eval_reward']:.3f} at the start, "
-            f"{summary['last_eval_reward']:.3f} at the end"
-        )
-    interrupted = summary["stopped"].startswith("interrupted")
-    if interrupted:
-        console.print(f"resume with: agenthub train --out {out} --resume")
-    print(json.dumps(summary), file=sys.stdout)
-    return 130 if interrupted else 0
+    def log(self, line: str) -> None:
+        self.progress.console.print(line)
+        if not self.started:  # until the first step, the bar says what the run is doing
+            self.progress.update(self.bar, stats=line)
 
 
 class _BuildOnBar:

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import Field, ValidationError, model_validator
 
 from agenthub._errors import AgentHubError
+from agenthub._pairs import parse_pair
 from agenthub.trainer._critic import CriticConfig
 from agenthub.trainer._learner import LearnerConfig
 from agenthub.trainer._section import ConfigSection
@@ -324,8 +325,6 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_override(item: str) -> tuple[str, Any]:
     """`key=value`, read as every agenthub command reads KEY=VALUE arguments."""
-    from agenthub._pairs import parse_pair
-
     try:
         return parse_pair(item)
     except AgentHubError:

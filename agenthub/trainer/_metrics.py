@@ -5,10 +5,114 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MetricsLog", "plot_rewards", "read_metrics"]
+__all__ = ["MetricsLog", "StepRecord", "StepReport", "StepTiming", "plot_rewards", "read_metrics"]
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """What the progress display shows after each learner step."""
+
+    step: int
+    max_steps: int
+    reward: float
+    tokens_per_s: float
+    staleness: float
+    queue_depth: int
+    idle_fraction: float
+    eval_reward: float | None = None
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """How long a learner step took, and the run's time and token rate at its end."""
+
+    step_s: float
+    learn_s: float
+    sync_s: float
+    """How long the last finished weight sync took."""
+    time_s: float
+    tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """The metrics of one learner step, as one line of `metrics.jsonl`."""
+
+    step: int
+    train_reward: float
+    """Mean reward of every episode seen for the step (neither stale nor failed)."""
+    train_score: float
+    trained_reward: float
+    """Mean reward of the episodes trained on."""
+    generated_tokens: int
+    mean_turns: float
+    groups_trained: int
+    groups_filtered: int
+    groups_stale: int
+    groups_failed: int
+    staleness_mean: float
+    staleness_max: int
+    queue_depth: int
+    step_s: float
+    learn_s: float
+    wait_s: float
+    """How long the learner waited for groups."""
+    sync_s: float
+    """How long the last finished weight sync took."""
+    time_s: float
+    tokens_per_s: float
+    extra: dict[str, float] = field(default_factory=dict)
+    """An env's own numbers (OpenRLHF's extra_logs): the mean over the episodes logging each."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """Failed episodes by cause."""
+    learned: dict[str, float] = field(default_factory=dict)
+    """The learner's own metrics (loss, KL, ...)."""
+
+    @property
+    def idle_fraction(self) -> float:
+        return self.wait_s / self.step_s if self.step_s > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "step": self.step,
+            "train/reward": self.train_reward,
+            "train/score": self.train_score,
+            "train/trained_reward": self.trained_reward,
+            "train/generated_tokens": self.generated_tokens,
+            "train/mean_turns": self.mean_turns,
+            "groups/trained": self.groups_trained,
+            "groups/filtered": self.groups_filtered,
+            "groups/stale": self.groups_stale,
+            "groups/failed": self.groups_failed,
+            "staleness/mean": self.staleness_mean,
+            "staleness/max": self.staleness_max,
+            "queue_depth": self.queue_depth,
+            "learner/step_s": self.step_s,
+            "learner/learn_s": self.learn_s,
+            "learner/wait_s": self.wait_s,
+            "learner/idle_fraction": self.idle_fraction,
+            "learner/sync_s": self.sync_s,
+        }
+        record.update({f"train/extra/{k}": v for k, v in self.extra.items()})
+        record.update({f"errors/{cause}": n for cause, n in self.errors.items()})
+        record.update({f"learner/{k}": v for k, v in self.learned.items()})
+        return {**record, "time_s": self.time_s, "tokens_per_s": self.tokens_per_s}
+
+    def report(self, max_steps: int, eval_reward: float | None) -> StepReport:
+        return StepReport(
+            step=self.step,
+            max_steps=max_steps,
+            reward=self.train_reward,
+            tokens_per_s=self.tokens_per_s,
+            staleness=self.staleness_mean,
+            queue_depth=self.queue_depth,
+            idle_fraction=self.idle_fraction,
+            eval_reward=eval_reward,
+        )
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

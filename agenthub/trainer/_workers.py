@@ -1,6 +1,6 @@
 """The Ray actors of a training run: rollout workers, the learner and the admission gate.
 
-The classes here are plain Python; `agenthub.trainer._loop` wraps them with `ray.remote` and
+The classes here are plain Python; `agenthub.trainer._cluster` wraps them with `ray.remote` and
 places them, so the same run works in one process tree or across a Ray cluster.
 """
 
@@ -13,6 +13,7 @@ import random
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,14 @@ from agenthub.agents._engines import rollout_config
 from agenthub.agents._run_dir import split_tasks
 from agenthub.trainer._config import TrainConfig
 
-__all__ = ["Admission", "LearnerWorker", "RolloutWorker", "output_to_stderr", "task_stream"]
+__all__ = [
+    "Admission",
+    "LearnerWorker",
+    "RolloutWorker",
+    "WorkerStats",
+    "output_to_stderr",
+    "task_stream",
+]
 
 
 def output_to_stderr() -> None:
@@ -63,6 +71,16 @@ def task_stream(env: Env[Any], split: str, seed: int, rank: int, workers: int) -
                 f"env {env.spec.id if env.spec else env} has no {split!r} tasks for rollout "
                 f"worker {rank} of {workers}"
             )
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """Where a rollout worker stands: training tasks drawn, tokens generated, and the policy
+    version its engine holds."""
+
+    tasks_drawn: int
+    generated_tokens: int
+    policy_version: int
 
 
 class Admission:
@@ -238,12 +256,8 @@ class RolloutWorker:
             }
         )
 
-    def stats(self) -> dict[str, Any]:
-        return {
-            "tasks_drawn": self.tasks_drawn,
-            "generated_tokens": self.generated_tokens,
-            "policy_version": self.engine.policy_version,
-        }
+    def stats(self) -> WorkerStats:
+        return WorkerStats(self.tasks_drawn, self.generated_tokens, self.engine.policy_version)
 
     async def close(self) -> None:
         await self.keeper.aclose()

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,17 +20,31 @@ import pytest
 pytest.importorskip("torch", reason="the trainer needs the train extra")
 
 from agenthub import AgentHubError, Env, Step, Task, register
-from agenthub.agents import Timings, Trajectory
-from agenthub.agents._trajectory import EpisodeError
+from agenthub.trainer._advantages import advantages
+from agenthub.trainer._assembly import Batch, BatchAssembler, FailedGroups, NoSignal, triage
+from agenthub.trainer._checkpoint import Checkpointer
+from agenthub.trainer._cluster import start_ray
 from agenthub.trainer._config import (
     AlgorithmConfig,
     ConfigError,
     load_config,
 )
+from agenthub.trainer._control import RunControl, StopReason, interruptible
+from agenthub.trainer._evaluation import (
+    HeldOutEvaluator,
+    HeldOutRewards,
+    evaluated_line,
+    held_out_reward,
+)
 from agenthub.trainer._learner import MODEL_CHECKPOINT
-from agenthub.trainer._loop import RunDirectory, Trainer, _check_env, triage
-from agenthub.trainer._metrics import plot_rewards, read_metrics
+from agenthub.trainer._loop import Trainer
+from agenthub.trainer._metrics import MetricsLog, plot_rewards, read_metrics
+from agenthub.trainer._preflight import check_env
+from agenthub.trainer._rundir import CheckpointState, RunDirectory, disk_full
 from agenthub.trainer._workers import Admission, task_stream
+
+from ._fakes import FakeCluster, held_out_summary
+from ._fakes import trajectory as _trajectory
 
 # -- config ------------------------------------------------------------------------------
 
@@ -302,14 +318,14 @@ def test_a_bad_line_deep_in_a_task_file_stops_a_run_before_ray_starts(
     overrides = [f"env_kwargs.{key}={tmp_path / name}" for key, name in files.items()]
     config = load_config([], ["env=math", "eval.every=10", *overrides])
     with pytest.raises(AgentHubError, match=rf"^{reader}.* reads .*bad\.jsonl:8 is not valid JSON"):
-        asyncio.run(_check_env(config))
+        asyncio.run(check_env(config))
 
 
 def test_an_env_whose_tasks_raise_is_named_in_a_line_before_ray_starts() -> None:
     # A KeyError from the env's own `tasks` came out as a raw traceback.
     config = load_config([], ["env=tests.unit._repl_envs:TrainOnlyEnv", "eval.every=5"])
     with pytest.raises(AgentHubError) as caught:
-        asyncio.run(_check_env(config))
+        asyncio.run(check_env(config))
     message = str(caught.value)
     assert message.startswith(
         "held-out evaluation (eval.every=5) reads split 'held_out': the env's "
@@ -328,9 +344,9 @@ def test_held_out_tasks_are_read_up_front_only_as_far_as_evaluation_reads(
     (tmp_path / "bad.jsonl").write_text("\n".join([*lines[:7], "{not json"]) + "\n")
     files = [f"env_kwargs.dataset={tmp_path / 'good.jsonl'}"]
     files.append(f"env_kwargs.eval_dataset={tmp_path / 'bad.jsonl'}")
-    asyncio.run(_check_env(load_config([], ["env=math", "eval.tasks=7", *files])))
+    asyncio.run(check_env(load_config([], ["env=math", "eval.tasks=7", *files])))
     with pytest.raises(AgentHubError, match=r"bad\.jsonl:8 is not valid JSON"):
-        asyncio.run(_check_env(load_config([], ["env=math", "eval.tasks=8", *files])))
+        asyncio.run(check_env(load_config([], ["env=math", "eval.tasks=8", *files])))
 
 
 def test_what_an_env_prints_while_checked_up_front_goes_to_stderr(
@@ -339,7 +355,7 @@ def test_what_an_env_prints_while_checked_up_front_goes_to_stderr(
     # stdout is the run's JSON summary: a "loading dataset..." line printed before it broke
     # every script reading that summary.
     register("test-printing-env", f"{__name__}:_PrintingEnv", override=True)
-    asyncio.run(_check_env(load_config([], ["env=test-printing-env"])))
+    asyncio.run(check_env(load_config([], ["env=test-printing-env"])))
     print("the summary")
     said = capfd.readouterr()
     assert said.out == "the summary\n", said
@@ -361,28 +377,6 @@ class _PrintingEnv(Env[str]):
         return Step("", 1.0, terminated=True)
 
 
-class _EvaluatingWorker:
-    """A rollout worker's `evaluate`, answering with the rewards given, NaN as all failed."""
-
-    def __init__(self, rewards: list[float]) -> None:
-        self.rewards = rewards
-        self.evaluate = self
-
-    async def remote(self, *args: Any) -> dict[str, Any]:
-        reward = self.rewards.pop(0)
-        failed = reward != reward
-        return {
-            "reward": reward,
-            "score": reward,
-            "episodes": 4,
-            "errors": 4 if failed else 0,
-            "error_causes": {"env_error": 4} if failed else {},
-            "last_error": "env_error: boom" if failed else "",
-            "version": 0,
-            "version_max": 0,
-        }
-
-
 @pytest.mark.parametrize(
     ("rewards", "first", "last"),
     [
@@ -394,40 +388,23 @@ class _EvaluatingWorker:
 def test_the_summary_gives_no_held_out_reward_for_an_evaluation_whose_episodes_all_failed(
     tmp_path: Path, rewards: list[float], first: float | None, last: float | None
 ) -> None:
-    from agenthub.trainer._metrics import MetricsLog
-
-    trainer = Trainer(load_config([], ["env=math"]), tmp_path, log=lambda _: None)
-    trainer._workers = [_EvaluatingWorker(list(rewards))]
-    trainer._metrics = MetricsLog(tmp_path, title="t", wandb="disabled", config={}, resume=False)
+    config = load_config([], ["env=math"])
+    cluster = FakeCluster(config, eval_rewards=rewards)
+    metrics = MetricsLog(tmp_path, title="t", wandb="disabled", config={}, resume=False)
+    held_out = HeldOutRewards()
+    evaluator = HeldOutEvaluator(config.eval, cluster, metrics, held_out, lambda _: None)
 
     async def evaluate_three_times() -> None:
         for step in (0, 5, 10):
-            await trainer._evaluate(step)
+            await evaluator.evaluate(step)
 
     asyncio.run(evaluate_three_times())
-    summary = trainer._summary(10, 1.0)
-    assert (summary["first_eval_reward"], summary["last_eval_reward"]) == (first, last)
+    assert (held_out.first, held_out.last) == (first, last)
+    logged = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "eval/errors" in r]
+    assert [r["step"] for r in logged] == [0, 5, 10]
 
 
 # -- triage ------------------------------------------------------------------------------
-
-
-def _trajectory(score: float, version: int, error: bool = False) -> Trajectory:
-    return Trajectory(
-        env="x",
-        task_id="t",
-        tokens=[1, 2, 3],
-        loss_mask=[0, 1, 1],
-        logprobs=[0.0, -1.0, -1.0],
-        policy_versions=[version, version, version + 1],
-        step_rewards=[score],
-        reward=score,
-        terminated=not error,
-        truncated=False,
-        num_turns=1,
-        error=EpisodeError(cause="env_error", message="boom") if error else None,
-        timings=Timings(),
-    )
 
 
 def test_triage_keeps_fresh_informative_groups_only() -> None:
@@ -448,11 +425,9 @@ def test_triage_keeps_fresh_informative_groups_only() -> None:
 
 
 def test_only_failed_groups_in_a_row_count_towards_stopping_the_run(tmp_path: Path) -> None:
-    from agenthub.trainer._loop import _FailedGroups
-
     failed = [_trajectory(1.0, 0), _trajectory(0.0, 0, error=True)]
     fine = [_trajectory(1.0, 0), _trajectory(0.0, 0)]
-    count = _FailedGroups()
+    count = FailedGroups()
     for group in (failed, failed, fine, failed, failed, failed):
         count.add(group)
     assert count.in_a_row == 3 and count.causes == {"env_error": 3}
@@ -463,65 +438,70 @@ def test_only_failed_groups_in_a_row_count_towards_stopping_the_run(tmp_path: Pa
     assert "checkpointed at step 7" in message and "run.max_failed_groups=32" in message
 
 
-class _FlatGroups:
-    """A queue that hands out, slowly, groups whose rewards are all equal (filtered), and an
-    admission that takes their places back: a batch that never fills."""
-
-    def __init__(self) -> None:
-        self.discard = self
-
-    async def get_batch(self, n: int, timeout_s: float) -> list[list[Trajectory]]:
-        await asyncio.sleep(0.05)
-        return [[_trajectory(1.0, 0), _trajectory(1.0, 0)]]
-
-    async def remote(self, n: int) -> None:
-        pass
+def _flat(version: int) -> list[list[Any]]:
+    """Groups whose rewards are all equal: dynamic filtering drops every one."""
+    return [[_trajectory(1.0, 0), _trajectory(1.0, 0)]]
 
 
-@pytest.mark.timeout(30)
+class _Clock:
+    """A clock that moves `tick` seconds each time it is read."""
+
+    def __init__(self, tick: float) -> None:
+        self.now, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def _assembler(
+    config: Any, out: Path, said: list[str], clock: _Clock | None = None
+) -> tuple[BatchAssembler, RunControl, FakeCluster]:
+    cluster, control = FakeCluster(config, groups=_flat), RunControl()
+    assembler = BatchAssembler(
+        config, cluster, control, out=out, log=said.append, clock=clock or _Clock(0.0)
+    )
+    return assembler, control, cluster
+
+
 def test_the_time_limit_stops_a_batch_that_fills_slowly(tmp_path: Path) -> None:
-    import time
+    config = load_config([], ["env=math", "run.max_minutes=0.01"])
+    assembler, control, cluster = _assembler(config, tmp_path, [], _Clock(1.0))
+    assert asyncio.run(assembler.assemble(0, deadline=10.0)) is None
+    assert control.reason is not None and control.reason.kind == "max_minutes"
+    assert str(control.reason) == "reached max_minutes=0.01"
+    assert not control.stopping, "a limit reached still evaluates the last policy"
+    # each take reads the clock three times: the groups of three takes, then the deadline
+    assert cluster.given_back == 3
 
-    trainer = Trainer(load_config([], ["env=math", "run.max_minutes=0.01"]), tmp_path)
-    trainer._queue = trainer._admission = _FlatGroups()
-    deadline = time.monotonic() + 0.3
-    assert asyncio.run(trainer._assemble(0, [], deadline)) is None
-    assert time.monotonic() - deadline < 1 and trainer.stop_reason == "reached max_minutes=0.01"
 
-
-@pytest.mark.timeout(30)
 def test_groups_that_never_carry_signal_are_reported_rather_than_waited_on(
     tmp_path: Path,
 ) -> None:
     # A model that gets every task wrong gives groups of equal scores only: no step ever came,
     # and nothing said why.
-    import time
-
     said: list[str] = []
     config = load_config([], ["env=math", "algorithm.batch_groups=2", "run.max_minutes=1"])
-    trainer = Trainer(config, tmp_path, log=said.append)
-    trainer._queue = trainer._admission = _FlatGroups()
-    assert asyncio.run(trainer._assemble(0, [], time.monotonic() + 1.5)) is None
+    assembler, _, _ = _assembler(config, tmp_path, said, _Clock(0.01))
+    assert asyncio.run(assembler.assemble(0, deadline=1.5)) is None
     assert said[0].startswith("the last 8 groups gave nothing to train on")  # 4 batches
     assert "scores: all 1 in 8" in said[0] and "algorithm.filter_groups=false" in said[0]
 
 
-@pytest.mark.timeout(30)
 @pytest.mark.parametrize(("limit", "stops_after"), [("run.max_skipped_groups=6", 6), ("", 64)])
 def test_a_run_whose_groups_never_carry_signal_stops_rather_than_spin(
     tmp_path: Path, limit: str, stops_after: int
 ) -> None:
     # No step, no change of policy: the same groups for ever. `run.max_steps=2` used to spin
     # until killed. By default the run stops after 32 batches' worth of groups.
-    import time
-
     said: list[str] = []
     overrides = ["env=math", "algorithm.batch_groups=2", *filter(None, [limit])]
-    trainer = Trainer(load_config([], overrides), tmp_path / "run", log=said.append)
-    trainer._queue = trainer._admission = _FlatGroups()
-    assert asyncio.run(trainer._assemble(0, [], time.monotonic() + 25)) is None
-    assert trainer.stop_reason == f"the last {stops_after} groups carried no signal"
-    message = str(trainer._failure)
+    assembler, control, cluster = _assembler(load_config([], overrides), tmp_path / "run", said)
+    assert asyncio.run(assembler.assemble(0, deadline=math.inf)) is None
+    assert control.reason is not None and control.reason.kind == "no_signal"
+    assert str(control.reason) == f"the last {stops_after} groups carried no signal"
+    assert control.stopping and cluster.given_back == stops_after
+    message = str(control.failure)
     assert message.startswith(f"the last {stops_after} groups gave nothing to train on")
     assert "Without a step the policy cannot change" in message
     assert f"agenthub train --out {tmp_path / 'run'} --resume" in message
@@ -529,37 +509,64 @@ def test_a_run_whose_groups_never_carry_signal_stops_rather_than_spin(
     assert all(f"the last {stops_after} groups" not in line for line in said), "said once"
 
 
+def test_failed_groups_in_a_row_stop_the_run_and_count_their_errors(tmp_path: Path) -> None:
+    config = load_config([], ["env=math", "run.max_failed_groups=3"])
+    cluster, control = (
+        FakeCluster(config, groups=lambda v: [[_trajectory(1.0, v, True)]]),
+        RunControl(),
+    )
+    assembler = BatchAssembler(config, cluster, control, out=tmp_path, log=print)
+    assert asyncio.run(assembler.assemble(0, deadline=math.inf)) is None
+    assert control.reason is not None and control.reason.kind == "failed_groups"
+    assert "the last 3 groups of episodes all ended in errors" in str(control.failure)
+
+
+def test_a_batch_keeps_fresh_groups_and_counts_what_it_dropped(tmp_path: Path) -> None:
+    config = load_config([], ["env=math", "algorithm.batch_groups=2", "algorithm.max_staleness=1"])
+    arriving = [
+        [[_trajectory(1.0, 0), _trajectory(0.0, 0)]],  # stale at version 3
+        [[_trajectory(1.0, 3), _trajectory(0.0, 3, error=True)]],  # failed
+        [[_trajectory(1.0, 3), _trajectory(1.0, 3)]],  # filtered: no signal
+        [],  # a wait: nothing came
+        [[_trajectory(1.0, 2), _trajectory(0.0, 2)], [_trajectory(0.5, 3), _trajectory(0.0, 3)]],
+    ]
+    cluster = FakeCluster(config, groups=lambda v: arriving.pop(0))
+    assembler = BatchAssembler(config, cluster, RunControl(), out=tmp_path, log=print)
+    batch = asyncio.run(assembler.assemble(3, deadline=math.inf))
+    assert batch is not None and len(batch.groups) == 2
+    assert (batch.stale, batch.failed, batch.filtered) == (1, 1, 1)
+    assert batch.errors == {"env_error": 1} and len(batch.seen) == 3
+    assert cluster.given_back == 3, "each dropped group's place goes back"
+
+
 def test_a_held_out_evaluation_names_its_failed_episodes_and_gives_no_reward_without_any() -> None:
     # All ten failing used to read "held-out reward nan at step 0 (10 episodes, ...)".
-    from agenthub.trainer._loop import _evaluated
-
-    result: dict[str, Any] = {
-        "reward": float("nan"),
-        "episodes": 10,
-        "errors": 10,
-        "error_causes": {"env_error": 9, "env_timeout": 1},
-        "last_error": "env_error: ValueError: Step.reward must be finite, got nan",
-    }
-    assert _evaluated(0, result, " 0") == (
+    failed = held_out_summary(
+        reward=0.0,
+        errors={"env_error": 9, "env_timeout": 1},
+        last_error="env_error: ValueError: Step.reward must be finite, got nan",
+    )
+    assert held_out_reward(failed) is None
+    assert evaluated_line(failed, 0) == (
         "held-out evaluation at step 0: 10 of 10 episodes ended in errors (env_error x9, "
         "env_timeout x1; the last: env_error: ValueError: Step.reward must be finite, got nan)"
     )
-    some = {**result, "reward": 0.25, "errors": 1, "error_causes": {"env_timeout": 1}}
-    assert _evaluated(3, some, "s 2-3").startswith(
-        "held-out reward 0.250 at step 3 (10 episodes, policy versions 2-3); 1 of 10 episodes "
-        "ended in errors (env_timeout x1; the last: "
+    some = held_out_summary(
+        reward=0.25, errors={"env_timeout": 1}, last_error="env_timeout: slow", versions=(2, 3)
     )
-    fine = {**result, "reward": 0.5, "errors": 0, "error_causes": {}, "last_error": ""}
+    assert held_out_reward(some) == 0.25
+    assert evaluated_line(some, 3) == (
+        "held-out reward 0.250 at step 3 (10 episodes, policy versions 2-3); 1 of 10 episodes "
+        "ended in errors (env_timeout x1; the last: env_timeout: slow)"
+    )
+    fine = held_out_summary(reward=0.5, versions=(5, 5))
     assert (
-        _evaluated(5, fine, " 5")
-        == "held-out reward 0.500 at step 5 (10 episodes, policy version 5)"
+        evaluated_line(fine, 5) == "held-out reward 0.500 at step 5 (10 episodes, policy version 5)"
     )
 
 
 def test_the_no_signal_notice_comes_ever_more_rarely_and_a_kept_group_resets_it() -> None:
-    from agenthub.trainer._loop import _NoSignal
-
-    count = _NoSignal(AlgorithmConfig(batch_groups=2))
+    count = NoSignal(AlgorithmConfig(batch_groups=2))
     flat, wrong = [_trajectory(0.0, 0)] * 2, [_trajectory(-1.0, 0)] * 2
     said = [count.add(flat if i % 4 else wrong, "filtered") for i in range(16)]
     assert [i for i, notice in enumerate(said) if notice] == [7, 15]  # after 8, then 16
@@ -578,20 +585,18 @@ def test_a_ray_address_nobody_answers_at_fails_at_once(tmp_path: Path) -> None:
         port = unused.getsockname()[1]
     config = load_config([], ["env=math", f"ray.address=127.0.0.1:{port}"])
     with pytest.raises(AgentHubError, match=f"no Ray cluster answers at 127.0.0.1:{port}") as e:
-        Trainer(config, tmp_path)._start_ray()  # Ray itself would retry it for minutes
+        start_ray(config)  # Ray itself would retry it for minutes
     assert "`ray start --head`" in str(e.value) and "leave out --ray-address" in str(e.value)
 
 
 def test_batches_carry_advantages_or_for_gae_the_rewards_the_critic_needs(tmp_path: Path) -> None:
-    from agenthub.trainer._loop import Trainer, _Batch
-
     groups = [[_trajectory(1.0, 0), _trajectory(0.0, 0)]]
-    grpo = Trainer(load_config([], ["env=math"]), tmp_path)._collate(_Batch(groups=groups))
+    grpo = Batch(groups=groups).collate(load_config([], ["env=math"]).algorithm)
     assert grpo.rewards is None and grpo.advantages.tolist() == pytest.approx(
         [0.7071, -0.7071], abs=1e-3
     )
     ppo = load_config([], ["env=math", "algorithm.estimator=gae"])
-    critic = Trainer(ppo, tmp_path)._collate(_Batch(groups=groups))
+    critic = Batch(groups=groups).collate(ppo.algorithm)
     assert critic.rewards is not None and critic.rewards.tolist() == [1.0, 0.0]
     assert critic.advantages.tolist() == [0.0, 0.0], "the learner's critic computes them"
 
@@ -603,10 +608,10 @@ def test_run_directory_keeps_the_newest_checkpoints(tmp_path: Path) -> None:
     run = RunDirectory(tmp_path)
     for step in (10, 20, 30):
         (run.checkpoints / f"step-{step}").mkdir(parents=True)
-        run.write_state({"step": step, "tag": f"step-{step}", "tasks_drawn": [step]}, keep=2)
+        run.write_state(CheckpointState(step=step, tag=f"step-{step}", tasks_drawn=[step]), keep=2)
     state = run.state()
     assert state is not None
-    assert state["tag"] == "step-30" and state["history"] == ["step-20", "step-30"]
+    assert state.tag == "step-30" and state.history == ["step-20", "step-30"]
     assert sorted(p.name for p in run.checkpoints.iterdir()) == ["state.json", "step-20", "step-30"]
 
 
@@ -657,11 +662,15 @@ def test_resuming_forgets_what_was_logged_after_the_checkpoint(tmp_path: Path) -
     samples.write_text('{"step 1 sample": 1}\n')
     at_checkpoint = run.samples_size()
     samples.write_text(samples.read_text() + '{"step 4 sample": 1}\n{"cut off by the kil')
-    run.rewind_logs({"step": 3, "samples_bytes": at_checkpoint})
+    run.rewind_logs(
+        CheckpointState(step=3, tag="step-3", tasks_drawn=[], samples_bytes=at_checkpoint)
+    )
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
     assert samples.read_text() == '{"step 1 sample": 1}\n', "samples after it are gone"
 
-    run.rewind_logs({"step": 3})  # a checkpoint from before samples_bytes was recorded
+    run.rewind_logs(
+        CheckpointState(step=3, tag="step-3", tasks_drawn=[])
+    )  # a checkpoint from before samples_bytes was recorded
     assert samples.read_text() == '{"step 1 sample": 1}\n'
 
 
@@ -697,13 +706,14 @@ def test_a_run_directory_that_cannot_be_made_says_so(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(30)
 def test_ctrl_c_while_the_engines_start_does_not_wait_for_them(tmp_path: Path) -> None:
-    trainer = Trainer(load_config([], ["env=math"]), tmp_path)
+    control = RunControl()
 
     async def main() -> tuple[bool, bool, bool]:
-        ready = await trainer._unless_stopped(asyncio.sleep(0.01))
+        ready = await control.unless_stopped(asyncio.sleep(0))
         start_up = asyncio.ensure_future(asyncio.sleep(60))  # vLLM starting, say
-        asyncio.get_running_loop().call_later(0.1, trainer.stop, "interrupted by SIGINT")
-        stopped = await trainer._unless_stopped(start_up)
+        interrupt = StopReason.interrupted(signal.SIGINT)
+        asyncio.get_running_loop().call_soon(control.stop, interrupt)
+        stopped = await control.unless_stopped(start_up)
         await asyncio.sleep(0)
         return ready, stopped, start_up.cancelled()
 
@@ -711,10 +721,8 @@ def test_ctrl_c_while_the_engines_start_does_not_wait_for_them(tmp_path: Path) -
 
 
 def test_a_full_disk_is_named_when_a_run_fails(tmp_path: Path) -> None:
-    from agenthub.trainer._loop import _disk_full
-
-    assert _disk_full(tmp_path) is None
-    said = _disk_full(tmp_path, below=1 << 62)
+    assert disk_full(tmp_path) is None
+    said = disk_full(tmp_path, below=1 << 62)
     assert said is not None and said.startswith(f"the disk holding {tmp_path} is full (")
     assert said.endswith(
         f"free space there and resume with agenthub train --out {tmp_path} --resume"
@@ -725,33 +733,22 @@ def test_a_full_disk_is_named_when_a_run_fails(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
 def test_a_closed_terminal_stops_the_run_with_a_checkpoint_as_ctrl_c_does(sig: str) -> None:
     import os
-    import signal
 
-    from agenthub.trainer._loop import _interruptible
+    def log(message: str) -> None:
+        raise OSError(5, "Input/output error")  # the terminal is gone
 
-    class Run:
-        def __init__(self) -> None:
-            self.stopped: list[str] = []
-            self._stop = asyncio.Event()
-
-        def stop(self, reason: str) -> None:
-            self.stopped.append(reason)
-            self._stop.set()
-
-        def log(self, message: str) -> None:
-            raise OSError(5, "Input/output error")  # the terminal is gone
-
-    async def main(run: Run) -> None:
-        with _interruptible(asyncio.get_running_loop(), run):  # type: ignore[arg-type]
+    async def main(control: RunControl) -> int:
+        with interruptible(asyncio.get_running_loop(), control, log) as handler:
             os.kill(os.getpid(), getattr(signal, sig))
-            await run._stop.wait()
+            await control.wait()
             if sig != "SIGINT":  # sent again (a supervisor, a hang-up): the run still saves
                 os.kill(os.getpid(), getattr(signal, sig))
                 await asyncio.sleep(0.1)
+        return handler.presses
 
-    run = Run()
-    asyncio.run(main(run))
-    assert run.stopped == [f"interrupted by {sig}"]
+    control = RunControl()
+    assert asyncio.run(main(control)) == 1
+    assert control.reason == StopReason("interrupted", f"interrupted by {sig}")
 
 
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_path: Path) -> None:
@@ -761,13 +758,23 @@ def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_pa
     for name in ("metrics.jsonl", "trajectories.jsonl", "reward.png", "wandb_run_id"):
         (tmp_path / name).write_text('{"step": 0, "eval/reward": 0.1}\n')
     with pytest.raises(AgentHubError, match="already holds a training run; pass --resume"):
-        Trainer(config, tmp_path)._prepare_directory()
+        _prepare(config, tmp_path)
     said: list[str] = []
-    resumed = Trainer(config, tmp_path, resume=True, log=said.append)
-    assert resumed._prepare_directory() is None, "no checkpoint state: from step 0"
+    resumed = _prepare(config, tmp_path, resume=True, log=said.append)
+    assert resumed is None, "no checkpoint state: from step 0"
     assert "no checkpoint yet" in said[0] and "starting it again from step 0" in said[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"], "its old logs are gone"
     assert RunDirectory(tmp_path).saved_config() == json.loads(config.model_dump_json())
+
+
+def _prepare(
+    config: Any, path: Path, *, resume: bool = False, log: Any = None
+) -> CheckpointState | None:
+    return RunDirectory(path).prepare(config, resume=resume, log=log or (lambda _: None))
+
+
+def _state_at_step_2(tag: str) -> CheckpointState:
+    return CheckpointState(step=2, tag=tag, tasks_drawn=[8], elapsed_s=30.0)
 
 
 def _checkpointed_run(path: Path, *overrides: str) -> RunDirectory:
@@ -776,7 +783,7 @@ def _checkpointed_run(path: Path, *overrides: str) -> RunDirectory:
     run.write_config(load_config([], ["env=math", *overrides]))
     for tag in ("step-1", "step-2"):
         (run.checkpoints / tag).mkdir(parents=True)
-        run.write_state({"step": 2, "tag": tag, "tasks_drawn": [8], "elapsed_s": 30.0}, keep=2)
+        run.write_state(_state_at_step_2(tag), keep=2)
     (run.path / "metrics.jsonl").write_text('{"step": 2, "train/reward": 0.5}\n')
     return run
 
@@ -794,10 +801,10 @@ def test_a_resumed_run_s_summary_keeps_the_held_out_reward_its_run_started_with(
         {"step": 3, "eval/reward": 0.75, "eval/errors": 0},  # after the checkpoint: rewound
     ]
     (run.path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    resumed = Trainer(load_config([], ["env=math"]), tmp_path, resume=True, log=lambda _: None)
-    assert resumed._prepare_directory() is not None
-    summary = resumed._summary(2, 30.0)
-    assert (summary["first_eval_reward"], summary["last_eval_reward"]) == (0.25, None)
+    assert _prepare(load_config([], ["env=math"]), tmp_path, resume=True) is not None
+    held_out = HeldOutRewards()
+    held_out.replay(read_metrics(run.metrics))
+    assert (held_out.first, held_out.last) == (0.25, None)
 
 
 def test_a_resume_writes_model_again_when_it_holds_a_step_no_checkpoint_kept(
@@ -808,25 +815,18 @@ def test_a_resume_writes_model_again_when_it_holds_a_step_no_checkpoint_kept(
     run = _checkpointed_run(tmp_path)
     (run.path / "model").mkdir()
     (run.path / "model" / MODEL_CHECKPOINT).write_text('{"step": 3, "tag": "step-3"}')
-    saved: list[tuple[str, dict[str, Any]]] = []
-
-    class Learner:  # the learner actor, as far as the trainer calls it here
-        class save_model:
-            @staticmethod
-            async def remote(directory: str, about: dict[str, Any]) -> None:
-                saved.append((directory, about))
-
     said: list[str] = []
-    trainer = Trainer(load_config([], ["env=math"]), tmp_path, resume=True, log=said.append)
-    trainer._learner = Learner()
+    config = load_config([], ["env=math"])
+    cluster = FakeCluster(config)
+    checkpointer = Checkpointer(config, run, cluster, said.append)
     state = run.state()
     assert state is not None
-    asyncio.run(trainer._export_again(state))
-    assert saved == [(str(tmp_path / "model"), {"step": 2, "tag": "step-2"})]
+    asyncio.run(checkpointer.export_again(state))
+    assert cluster.saved_models == [(tmp_path / "model", {"step": 2, "tag": "step-2"})]
     assert said == ["model/ held the policy of step 3; written again from step-2"]
-    (run.path / "model" / MODEL_CHECKPOINT).write_text('{"step": 2, "tag": "step-2"}')
-    asyncio.run(trainer._export_again(state))
-    assert len(saved) == 1, "model/ holding the checkpoint's step is kept"
+    assert run.exported_step() == 2
+    asyncio.run(checkpointer.export_again(state))
+    assert len(cluster.saved_models) == 1, "model/ holding the checkpoint's step is kept"
 
 
 def _files(run: RunDirectory) -> dict[Path, bytes]:
@@ -863,7 +863,7 @@ def test_the_trainer_itself_refuses_a_resume_its_checkpoint_cannot_take(tmp_path
     before = _files(run)
     changed = load_config([], ["env=math", "learner.zero_stage=3"])
     with pytest.raises(AgentHubError, match="written with learner.zero_stage=2"):
-        Trainer(changed, tmp_path, resume=True)._prepare_directory()
+        _prepare(changed, tmp_path, resume=True)
     assert _files(run) == before
 
 
@@ -871,17 +871,19 @@ def test_precision_is_compared_as_the_learner_resolved_it(tmp_path: Path) -> Non
     # learner.bf16=null means "by the device": a CPU run's checkpoint resumed where the learner
     # lands on a bf16 GPU would fail in DeepSpeed's loader; null -> true there is no change.
     run = _checkpointed_run(tmp_path)
-    state = {**(run.state() or {}), "bf16": False}
-    (run.checkpoints / "state.json").write_text(json.dumps(state))
-    explicit = Trainer(load_config([], ["env=math", "learner.bf16=false"]), tmp_path, resume=True)
-    explicit._prepare_directory()  # null -> false: compared once the learner says what it uses
-    explicit._bf16 = False
-    explicit._check_precision(state)
+    state = CheckpointState(**{**_state_at_step_2("step-2").model_dump(), "bf16": False})
+    (run.checkpoints / "state.json").write_text(state.model_dump_json())
+    explicit = load_config([], ["env=math", "learner.bf16=false"])
+    _prepare(explicit, tmp_path, resume=True)  # null -> false: compared once the learner says
+    checkpointer = Checkpointer(explicit, run, FakeCluster(explicit), print)
+    checkpointer.bf16 = False
+    checkpointer.check_precision(state)
 
-    auto = Trainer(load_config([], ["env=math"]), tmp_path, resume=True)
-    auto._bf16 = True  # the learner landed on a bf16 GPU
+    auto = load_config([], ["env=math"])
+    checkpointer = Checkpointer(auto, run, FakeCluster(auto), print)
+    checkpointer.bf16 = True  # the learner landed on a bf16 GPU
     with pytest.raises(AgentHubError) as refused:
-        auto._check_precision(state)
+        checkpointer.check_precision(state)
     assert str(refused.value) == (
         "--resume: checkpoint step-2 was written by a learner training without bf16, and this "
         "one trains in it (chosen by its device, learner.bf16=null); resume with "
@@ -892,9 +894,7 @@ def test_precision_is_compared_as_the_learner_resolved_it(tmp_path: Path) -> Non
 def test_a_resumed_run_keeps_its_saved_config_until_its_checkpoint_loads(tmp_path: Path) -> None:
     run = _checkpointed_run(tmp_path)
     saved = run.saved_config()
-    Trainer(
-        load_config([], ["env=math", "run.max_steps=9"]), tmp_path, resume=True
-    )._prepare_directory()
+    _prepare(load_config([], ["env=math", "run.max_steps=9"]), tmp_path, resume=True)
     assert run.saved_config() == saved
 
 
@@ -906,21 +906,21 @@ def test_checkpoints_that_do_not_match_their_state_are_refused(tmp_path: Path) -
         match=r"step-2, the newest checkpoint state\.json names, is "
         r"gone \(step-1 remain\); restore it, or move checkpoints/ away",
     ):
-        Trainer(load_config([], ["env=math"]), tmp_path, resume=True)._prepare_directory()
+        _prepare(load_config([], ["env=math"]), tmp_path, resume=True)
     (run.checkpoints / "step-2").mkdir()
     (run.checkpoints / "state.json").unlink()
     with pytest.raises(AgentHubError, match=r"holds checkpoints \(step-1, step-2\) but no st"):
-        Trainer(load_config([], ["env=math"]), tmp_path, resume=True)._prepare_directory()
+        _prepare(load_config([], ["env=math"]), tmp_path, resume=True)
     assert (tmp_path / "metrics.jsonl").exists(), "nothing was discarded"
 
 
 def test_a_first_checkpoint_cut_off_while_written_starts_the_run_again(tmp_path: Path) -> None:
     # Killed while writing checkpoint 1 (state.json is written last): as if it had none.
     config = load_config([], ["env=math"])
-    Trainer(config, tmp_path)._prepare_directory()
+    _prepare(config, tmp_path)
     (tmp_path / "checkpoints" / "step-20").mkdir(parents=True)
     (tmp_path / "metrics.jsonl").write_text('{"step": 20, "train/reward": 0.1}\n')
-    assert Trainer(config, tmp_path, resume=True)._prepare_directory() is None
+    assert _prepare(config, tmp_path, resume=True) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
 
 
@@ -929,7 +929,7 @@ def test_a_directory_that_is_not_a_run_is_refused_not_overwritten(tmp_path: Path
     (tmp_path / "config.json").write_text(model_config)
     for resume in (False, True):
         with pytest.raises(AgentHubError, match="is not a training run's config"):
-            Trainer(load_config([], ["env=math"]), tmp_path, resume=resume)._prepare_directory()
+            _prepare(load_config([], ["env=math"]), tmp_path, resume=resume)
     assert (tmp_path / "config.json").read_text() == model_config
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(AgentHubError, match="is not JSON"):
@@ -948,7 +948,7 @@ def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
     run = RunDirectory(tmp_path / "run")
     run.write_config(load_config([], ["env=math", "run.max_steps=2", f"model={model}"]))
     (run.checkpoints / "step-2").mkdir(parents=True)
-    run.write_state({"step": 2, "tag": "step-2", "tasks_drawn": [8], "elapsed_s": 30.0}, keep=2)
+    run.write_state(_state_at_step_2("step-2"), keep=2)
     (run.path / "metrics.jsonl").write_text('{"step": 2, "train/reward": 0.5}\n')
     before = {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
 
@@ -1029,6 +1029,21 @@ def test_gpus_the_machine_lacks_are_refused_rather_than_waited_for(tmp_path: Pat
     config = load_config([], ["env=math", "ray.learner_num_gpus=1000"])
     try:
         with pytest.raises(AgentHubError, match=r"asks for 1000 GPUs .* this machine has \d+; "):
-            Trainer(config, tmp_path)._start_ray()
+            start_ray(config)
     finally:
         ray.shutdown()
+
+
+def test_reinforce_batches_weigh_each_sequence_by_its_model_tokens() -> None:
+    # OpenRLHF whitens REINFORCE++ advantages over the batch's model tokens: a long reply
+    # weighs more in the mean than a short one.
+    short, long = _trajectory(1.0, 0), _trajectory(0.0, 0)
+    long = long.model_copy(
+        update={"tokens": [1] * 9, "loss_mask": [0] + [1] * 8, "logprobs": [0.0] * 9,
+                "policy_versions": [0] * 9}
+    )  # fmt: skip
+    algo = load_config([], ["env=math", "algorithm.estimator=reinforce"]).algorithm
+    got = Batch(groups=[[short, long]]).collate(algo).advantages.tolist()
+    want = advantages([1.0, 0.0], 2, "reinforce", token_counts=[2, 8])
+    assert got == pytest.approx(want.tolist(), abs=1e-6) == [2.0, -0.5]
+    assert got != pytest.approx(advantages([1.0, 0.0], 2, "reinforce").tolist(), abs=1e-3)

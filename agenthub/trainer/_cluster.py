@@ -1,0 +1,291 @@
+"""The run's processes: Ray, the rollout workers, the learner, the admission gate and the queue
+between them, behind the few calls the driver makes (`Cluster`).
+
+`RayCluster` is the real one. Unit tests give the driver's parts an in-memory cluster instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agenthub._errors import AgentHubError
+from agenthub.agents import Trajectory
+from agenthub.trainer._config import EvalConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from agenthub.agents._eval_summary import EvalSummary
+    from agenthub.trainer._batch import TrainBatch
+    from agenthub.trainer._workers import WorkerStats
+
+__all__ = ["Cluster", "RayCluster", "start_ray"]
+
+_OUTPUT_TO_STDERR = "agenthub.trainer._workers.output_to_stderr"
+"""Ray's set-up hook for every process of the run (a name: Ray imports it there)."""
+
+
+class Cluster(Protocol):
+    """What the driver asks of the run's processes."""
+
+    async def start(self) -> None:
+        """Start every rollout worker's engine and env."""
+        ...
+
+    async def open_weight_sync(self) -> bool:
+        """Join the engines to the learner; whether the learner trains in bf16."""
+        ...
+
+    def run_workers(self) -> None:
+        """Set the rollout workers playing training episodes."""
+        ...
+
+    def stop_workers(self) -> None: ...
+
+    async def aclose(self) -> None:
+        """End every process of the run (the workers' engines and envs closed first)."""
+        ...
+
+    async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
+        """Up to `most` finished groups; `TimeoutError` when none came within `timeout_s`."""
+        ...
+
+    async def give_back(self, groups: int) -> None:
+        """Return the places of `groups` discarded groups to the admission gate."""
+        ...
+
+    def check_workers(self) -> None:
+        """Raise the error of a rollout worker that stopped."""
+        ...
+
+    def queue_depth(self) -> int: ...
+
+    async def learn(self, batch: TrainBatch) -> dict[str, float]:
+        """One learner step on `batch`; the learner's metrics."""
+        ...
+
+    async def publish(self, version: int) -> float:
+        """Send the learner's weights to every engine as `version`, then admit rollouts for
+        it; the seconds the transfer took."""
+        ...
+
+    async def worker_stats(self) -> list[WorkerStats | None]:
+        """Each rollout worker's stats, None for one that died."""
+        ...
+
+    async def evaluate(self, cfg: EvalConfig) -> EvalSummary:
+        """A held-out evaluation on the first rollout worker's engine."""
+        ...
+
+    async def save_checkpoint(self, directory: Path, tag: str) -> None: ...
+
+    async def save_model(self, directory: Path, about: dict[str, Any]) -> None: ...
+
+    async def load_checkpoint(self, directory: Path, tag: str) -> int:
+        """Load the learner's checkpoint `tag`; the learner steps it holds."""
+        ...
+
+
+class RayCluster:
+    """The run's Ray actors: `rollout_workers` workers, the learner, the admission gate and the
+    bounded trajectory queue. `start()` starts the engines, `open_weight_sync()` joins them to
+    the learner, `run_workers()` sets rollouts going, `aclose()` ends every actor."""
+
+    def __init__(
+        self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
+    ) -> None:
+        from agenthub.trainer._queue import TrajectoryQueue
+        from agenthub.trainer._workers import Admission, LearnerWorker, RolloutWorker
+
+        config = cfg.model_dump(mode="json")
+        groups, staleness = cfg.algorithm.batch_groups, cfg.algorithm.max_staleness
+        self.queue: TrajectoryQueue[list[Trajectory]] = TrajectoryQueue(
+            (staleness + 2) * groups, actor_options={"num_cpus": 0}
+        )
+        self.admission = _actor(Admission, num_cpus=0, max_concurrency=10_000).remote(
+            groups, staleness, version
+        )
+        self.learner = _actor(LearnerWorker, num_cpus=1, num_gpus=cfg.ray.learner_num_gpus).remote(
+            config, str(model_path)
+        )
+        self.workers = [
+            _actor(
+                RolloutWorker,
+                num_cpus=1,
+                num_gpus=cfg.ray.worker_num_gpus,
+                max_concurrency=10_000,
+                runtime_env={"env_vars": _worker_env(cfg)},
+            ).remote(config, str(model_path), rank, self.queue, self.admission, tasks_drawn[rank])
+            for rank in range(cfg.ray.rollout_workers)
+        ]
+        self._running: list[Any] = []
+        self._started = False
+
+    async def start(self) -> None:
+        """Start every worker's engine and env."""
+        await asyncio.gather(*(w.start.remote() for w in self.workers))
+        self._started = True
+
+    async def open_weight_sync(self) -> bool:
+        """Join the engines to the learner's weight transfer; whether the learner trains in
+        bf16 (as it resolved `learner.bf16`)."""
+        ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in self.workers))
+        await self.learner.open_weight_sync.remote(self.workers, list(ranks))
+        return bool(await self.learner.uses_bf16.remote())
+
+    def run_workers(self) -> None:
+        self._running = [w.run.remote() for w in self.workers]
+
+    def stop_workers(self) -> None:
+        import ray
+
+        for ref in self._running:
+            ray.cancel(ref)
+
+    async def aclose(self) -> None:
+        import ray
+
+        self.stop_workers()
+        if self._started:  # else a worker may be inside vLLM's start-up, which nothing cuts
+            await asyncio.gather(*(w.close.remote() for w in self.workers), return_exceptions=True)
+        self.queue.shutdown()
+        for actor in [self.learner, self.admission, *self.workers]:
+            ray.kill(actor)
+
+    async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
+        return await self.queue.get_batch(most, timeout_s=timeout_s)
+
+    async def give_back(self, groups: int) -> None:
+        await self.admission.discard.remote(groups)
+
+    def check_workers(self) -> None:
+        import ray
+
+        if not self._running:
+            return
+        done, _ = ray.wait(self._running, timeout=0)
+        for ref in done:
+            ray.get(ref)  # raises the worker's error
+            raise AgentHubError("a rollout worker stopped producing episodes")
+
+    def queue_depth(self) -> int:
+        return self.queue.qsize()
+
+    async def learn(self, batch: TrainBatch) -> dict[str, float]:
+        learned: dict[str, float] = await self.learner.step.remote(batch)
+        return learned
+
+    async def publish(self, version: int) -> float:
+        seconds = float(await self.learner.send_weights.remote(version))
+        await self.admission.set_version.remote(version)
+        return seconds
+
+    async def worker_stats(self) -> list[WorkerStats | None]:
+        stats = await asyncio.gather(
+            *(w.stats.remote() for w in self.workers), return_exceptions=True
+        )
+        return [None if isinstance(s, BaseException) else s for s in stats]
+
+    async def evaluate(self, cfg: EvalConfig) -> EvalSummary:
+        result: EvalSummary = await self.workers[0].evaluate.remote(
+            cfg.tasks, cfg.split, cfg.temperature, cfg.samples_per_task
+        )
+        return result
+
+    async def save_checkpoint(self, directory: Path, tag: str) -> None:
+        await self.learner.save_checkpoint.remote(str(directory), tag)
+
+    async def save_model(self, directory: Path, about: dict[str, Any]) -> None:
+        await self.learner.save_model.remote(str(directory), about)
+
+    async def load_checkpoint(self, directory: Path, tag: str) -> int:
+        return int(await self.learner.load_checkpoint.remote(str(directory), tag))
+
+
+def start_ray(cfg: TrainConfig) -> None:
+    """Start Ray on this machine, or join the cluster at `ray.address`; a no-op when Ray is
+    up already. Refuses GPUs this machine lacks rather than wait for them for ever."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    options: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": "WARNING",
+        "log_to_driver": True,
+        # The run's stdout is its JSON summary; its processes print to stderr.
+        "runtime_env": {"worker_process_setup_hook": _OUTPUT_TO_STDERR},
+    }
+    if cfg.ray.address:
+        _join_ray(cfg.ray.address, options)
+        return
+    # Ray runs its workers at niceness 15 by default; here they are the job itself, and would
+    # lose their cores to anything else on the machine.
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    cpus = max(os.cpu_count() or 1, cfg.ray.rollout_workers + 1)
+    # Ray's processes (and the actors' and engines' under them) share this terminal's process
+    # group: with SIGHUP blocked they inherit, a hang-up stops the run through its handler,
+    # with a checkpoint, rather than killing the cluster under it.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        ray.init(num_cpus=cpus, **options)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    # Ray waits forever for GPUs a machine lacks; on a cluster they may yet join.
+    r = cfg.ray
+    wanted = r.learner_num_gpus + r.rollout_workers * r.worker_num_gpus
+    have = float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
+    if wanted > have:
+        raise AgentHubError(
+            f"the run asks for {wanted:g} GPUs (ray.learner_num_gpus="
+            f"{r.learner_num_gpus:g}, ray.worker_num_gpus={r.worker_num_gpus:g} per "
+            f"rollout worker) and this machine has {have:g}; set them to what it has "
+            "(0 trains on the CPU), or join a cluster with --ray-address"
+        )
+
+
+def _join_ray(address: str, options: dict[str, Any]) -> None:
+    """`ray.init(address=...)`, failing with what to do: Ray itself retries an address that
+    does not answer for minutes, and names its own flags when `auto` finds no cluster."""
+    import ray
+
+    hint = (
+        "start the cluster's head with `ray start --head` (its address is printed), or leave "
+        "out --ray-address (ray.address) to train on this machine alone"
+    )
+    host, colon, port = address.rpartition(":")
+    if colon and port.isdigit() and "://" not in address:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+        except OSError as exc:
+            raise AgentHubError(f"no Ray cluster answers at {address} ({exc}); {hint}") from None
+    try:
+        ray.init(address=address, **options)
+    except ConnectionError as exc:
+        raise AgentHubError(f"could not join a Ray cluster at {address} ({exc}); {hint}") from None
+
+
+def _actor(cls: type, **options: Any) -> Any:
+    """`cls` as a Ray actor class with `options` (typed loosely: Ray's stubs do not follow
+    methods through `.remote`)."""
+    import ray
+
+    return ray.remote(cls).options(**options)
+
+
+def _worker_env(cfg: TrainConfig) -> dict[str, str]:
+    """Environment of a rollout worker: its engine's CPU threads, vLLM's chatter (start-up,
+    and a warning at every weight sync that rotary embeddings have no weights to load) kept
+    out of the run's output unless the user asks for it with VLLM_LOGGING_LEVEL, and asyncio's
+    own event loop, which environments run on everywhere else (`agenthub eval`, the REPL,
+    `check_env`), so an env trains on the loop it was checked on. Ray's default, uvloop,
+    refuses some of what asyncio takes (`open_process(user=...)`, which the bwrap sandbox
+    once used, so every code_exec episode failed there)."""
+    return {
+        "OMP_NUM_THREADS": str(cfg.ray.worker_threads),
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
+        "RAY_USE_UVLOOP": "0",
+    }

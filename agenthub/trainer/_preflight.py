@@ -1,0 +1,72 @@
+"""What a run checks before it starts anything: that its env builds and gives the tasks it will
+read, in the driver, where a mistake fails in a second with its own message."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+from agenthub._errors import AgentHubError
+from agenthub.trainer._config import TrainConfig
+
+__all__ = ["check_env", "stdout_to_stderr"]
+
+
+async def check_env(cfg: TrainConfig) -> None:
+    """Build the env and read through each split as far as the run reads it (the first 10,000
+    training tasks, the `eval.tasks` held-out ones), here in the driver: a wrong id, argument or
+    a bad line in a task file then fails in a second with its own message, before Ray starts or
+    anything is written, instead of as a traceback from inside a rollout worker, perhaps an hour
+    in (held-out evaluation reading the bad line). What the env prints meanwhile goes to
+    stderr, as it does from the run's other processes: stdout is the summary's."""
+    from agenthub._errors import EnvArgumentsError
+    from agenthub._registry import make
+    from agenthub._returns import READ_AHEAD, READ_AHEAD_S, read_ahead
+    from agenthub._tracebacks import raised
+
+    readers = {"train": ("training", READ_AHEAD)}
+    if cfg.eval.every:
+        reader = f"held-out evaluation (eval.every={cfg.eval.every})"
+        readers.setdefault(cfg.eval.split, (reader, cfg.eval.tasks))
+    with stdout_to_stderr():
+        try:
+            env = make(cfg.env, **cfg.env_kwargs)
+        except EnvArgumentsError as exc:
+            raise AgentHubError(f"{exc}; the run gives them as env_kwargs.NAME=VALUE") from exc
+        try:
+            for split, (reader, limit) in readers.items():
+                try:
+                    if read_ahead(env.tasks(split), READ_AHEAD_S, limit) == 0:
+                        raise AgentHubError(f"environment {cfg.env!r} gives no {split!r} tasks")
+                except Exception as exc:
+                    hint = "" if split == "train" else "; or set eval.every=0"
+                    what = str(exc).rstrip(".")
+                    if not isinstance(exc, AgentHubError | ValueError | OSError):
+                        # the env's own bug: say what it raised, and where
+                        what = raised(f"the env's tasks({split!r})", exc)
+                    message = f"{reader} reads split {split!r}: {what}{hint}"
+                    raise AgentHubError(message) from exc
+        finally:
+            await env.aclose()
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Inside, what is printed to stdout goes to stderr: Python's prints and, through the file
+    descriptor, those of subprocesses and native code."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptors 1 and 2 to speak of (a daemon): Python's alone
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)

@@ -1,0 +1,177 @@
+"""An in-memory cluster for the trainer's unit tests: the `Cluster` the driver's parts talk to,
+with the learner's checkpoints as directories and every call recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agenthub.agents import Timings, Trajectory
+from agenthub.agents._eval_summary import EvalSummary, TokenCounts
+from agenthub.agents._trajectory import EpisodeError
+from agenthub.trainer._batch import TrainBatch
+from agenthub.trainer._config import EvalConfig, TrainConfig
+from agenthub.trainer._learner import MODEL_CHECKPOINT
+from agenthub.trainer._workers import WorkerStats
+
+
+def trajectory(score: float, version: int, error: bool = False) -> Trajectory:
+    return Trajectory(
+        env="x",
+        task_id="t",
+        tokens=[1, 2, 3],
+        loss_mask=[0, 1, 1],
+        logprobs=[0.0, -1.0, -1.0],
+        policy_versions=[version, version, version + 1],
+        step_rewards=[score],
+        reward=score,
+        terminated=not error,
+        truncated=False,
+        num_turns=1,
+        error=EpisodeError(cause="env_error", message="boom") if error else None,
+        timings=Timings(),
+    )
+
+
+def held_out_summary(
+    reward: float,
+    *,
+    errors: dict[str, int] | None = None,
+    last_error: str | None = None,
+    versions: tuple[int, int] = (0, 0),
+    episodes: int = 10,
+) -> EvalSummary:
+    """A held-out evaluation of `episodes` episodes, as a rollout worker reports it."""
+    return EvalSummary(
+        episodes=episodes,
+        tasks=episodes,
+        mean_reward=reward,
+        mean_score=reward,
+        pass_at_k=None,
+        terminated=episodes,
+        truncated=0,
+        errors=errors or {},
+        tokens=TokenCounts(total=0, generated=0, mean_generated_per_episode=0.0),
+        mean_turns=1.0,
+        extra_logs={},
+        last_error=last_error,
+        policy_version=versions[0],
+        policy_version_max=versions[1],
+    )
+
+
+def evaluation(reward: float) -> EvalSummary:
+    """A rollout worker's held-out evaluation of 4 episodes; NaN as all of them failed (an
+    episode in error counts 0)."""
+    if reward != reward:
+        return held_out_summary(
+            0.0, errors={"env_error": 4}, last_error="env_error: boom", episodes=4
+        )
+    return held_out_summary(reward, episodes=4)
+
+
+Groups = Callable[[int], list[list[Trajectory]]]
+"""The groups the queue hands out when the policy is at a version."""
+
+
+def informative(version: int) -> list[list[Trajectory]]:
+    return [[trajectory(1.0, version), trajectory(0.0, version)]]
+
+
+class FakeCluster:
+    """Rollout workers whose queue gives `groups(version)` at each take (a timeout when it
+    gives none), a learner that counts its steps and writes checkpoints as directories, and
+    held-out evaluations answered from `eval_rewards` (0.5 once they run out)."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        version: int = 0,
+        tasks_drawn: list[int] | None = None,
+        *,
+        groups: Groups = informative,
+        eval_rewards: list[float] | None = None,
+        on_learn: Callable[[int], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.version = version
+        self.learner_steps = 0
+        self.groups = groups
+        self.eval_rewards = list(eval_rewards or [])
+        self.on_learn = on_learn
+        self.tasks_drawn = list(tasks_drawn or [0] * cfg.ray.rollout_workers)
+        self.calls: list[str] = []
+        self.given_back = 0
+        self.saved_models: list[tuple[Path, dict[str, Any]]] = []
+        self.closed = False
+
+    async def start(self) -> None:
+        self.calls.append("start")
+
+    async def open_weight_sync(self) -> bool:
+        return False
+
+    def run_workers(self) -> None:
+        self.calls.append("run_workers")
+
+    def stop_workers(self) -> None:
+        self.calls.append("stop_workers")
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
+        await asyncio.sleep(0)
+        got = self.groups(self.version)[:most]
+        if not got:
+            raise TimeoutError("no trajectory arrived")
+        self.tasks_drawn = [n + len(got) for n in self.tasks_drawn]
+        return got
+
+    async def give_back(self, groups: int) -> None:
+        self.given_back += groups
+
+    def check_workers(self) -> None:
+        pass
+
+    def queue_depth(self) -> int:
+        return 0
+
+    async def learn(self, batch: TrainBatch) -> dict[str, float]:
+        self.learner_steps += 1
+        if self.on_learn is not None:
+            self.on_learn(self.learner_steps)
+        return {"loss": 0.5}
+
+    async def publish(self, version: int) -> float:
+        self.version = version
+        return 0.25
+
+    async def worker_stats(self) -> list[WorkerStats | None]:
+        return [WorkerStats(n, 10 * n, self.version) for n in self.tasks_drawn]
+
+    async def evaluate(self, cfg: EvalConfig) -> dict[str, Any]:
+        return evaluation(self.eval_rewards.pop(0) if self.eval_rewards else 0.5)
+
+    async def save_checkpoint(self, directory: Path, tag: str) -> None:
+        _write(directory / tag / "steps", str(self.learner_steps))
+
+    async def save_model(self, directory: Path, about: dict[str, Any]) -> None:
+        _write(directory / MODEL_CHECKPOINT, json.dumps(about))
+        self.saved_models.append((directory, about))
+
+    async def load_checkpoint(self, directory: Path, tag: str) -> int:
+        self.learner_steps = int(_read(directory / tag / "steps"))
+        return self.learner_steps
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def _read(path: Path) -> str:
+    return path.read_text()
