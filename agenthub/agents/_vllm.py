@@ -12,10 +12,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,6 @@ class _Watchdog:
     up (or its start failed), stopped when the engine shuts down."""
 
     def __init__(self) -> None:
-        import sys
-
         import psutil  # type: ignore[import-untyped]
 
         before = [str(child.pid) for child in psutil.Process().children(recursive=True)]
@@ -139,6 +138,31 @@ class _Watchdog:
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
+
+
+@contextlib.contextmanager
+def _children_print_to(path: str | Path | None) -> Iterator[None]:
+    """Processes started meanwhile write their stdout and stderr to the end of `path` (and so
+    does this one, for as long). None: they share this process's."""
+    if path is None:
+        yield
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(1), os.dup(2)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (target, *saved):
+            os.close(fd)
 
 
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
@@ -213,6 +237,11 @@ class VLLMEngine(InferenceEngine):
     a Ctrl-C typed in the terminal, which otherwise ends it along with the caller's process
     group: for interactive callers that go on after a Ctrl-C (`agenthub repl`). The engine
     core still dies with its owner.
+
+    `output` is a file the engine core's process writes what it prints into (vLLM's notices
+    before its logging is set up, C++ messages, its traceback if it crashes), appended; None
+    leaves it this process's stdout and stderr. A start that fails then raises `EngineError`
+    naming that file, where the engine core's own account of the failure is.
     """
 
     def __init__(
@@ -227,6 +256,7 @@ class VLLMEngine(InferenceEngine):
         enforce_eager: bool | None = None,
         weight_transfer: str | None = None,
         own_process_group: bool = False,
+        output: str | Path | None = None,
         **engine_kwargs: Any,
     ) -> None:
         _quiet_if_asked()
@@ -272,10 +302,18 @@ class VLLMEngine(InferenceEngine):
         watchdog = _Watchdog()
         try:
             in_own_group = compat.engine_cores_in_own_group
-            with in_own_group() if own_process_group else contextlib.nullcontext():
+            with (
+                in_own_group() if own_process_group else contextlib.nullcontext(),
+                _children_print_to(output),
+            ):
                 self._llm = compat.async_llm(args)
-        except BaseException:
+        except BaseException as exc:
             watchdog.engine_failed()
+            if output is not None and isinstance(exc, Exception):
+                raise EngineError(
+                    f"vLLM's engine did not start ({described(exc)}); what its processes "
+                    f"said, the cause among it, is at the end of {output}"
+                ) from exc
             raise
         watchdog.engine_up()
         self._watchdog = watchdog
