@@ -165,6 +165,31 @@ def _children_print_to(path: str | Path | None) -> Iterator[None]:
             os.close(fd)
 
 
+def _start(args: Any, own_process_group: bool, output: str | Path | None) -> tuple[Any, _Watchdog]:
+    """vLLM's `AsyncLLM` from its engine args, under a watchdog that ends its processes if this
+    one dies (or the start fails)."""
+    from agenthub.agents import _vllm_compat as compat
+
+    watchdog = _Watchdog()
+    try:
+        in_own_group = compat.engine_cores_in_own_group
+        with (
+            in_own_group() if own_process_group else contextlib.nullcontext(),
+            _children_print_to(output),
+        ):
+            llm = compat.async_llm(args)
+    except BaseException as exc:
+        watchdog.engine_failed()
+        if output is not None and isinstance(exc, Exception):
+            raise EngineError(
+                f"vLLM's engine did not start ({described(exc)}); what its processes said, "
+                f"the cause among it, is at the end of {output}"
+            ) from exc
+        raise
+    watchdog.engine_up()
+    return llm, watchdog
+
+
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
     live = engine()
     if live is not None:
@@ -299,24 +324,7 @@ class VLLMEngine(InferenceEngine):
                 options["distributed_executor_backend"] = compat.single_process_executor()
         args = compat.engine_args({**options, **engine_kwargs})
         self.model = str(model)
-        watchdog = _Watchdog()
-        try:
-            in_own_group = compat.engine_cores_in_own_group
-            with (
-                in_own_group() if own_process_group else contextlib.nullcontext(),
-                _children_print_to(output),
-            ):
-                self._llm = compat.async_llm(args)
-        except BaseException as exc:
-            watchdog.engine_failed()
-            if output is not None and isinstance(exc, Exception):
-                raise EngineError(
-                    f"vLLM's engine did not start ({described(exc)}); what its processes "
-                    f"said, the cause among it, is at the end of {output}"
-                ) from exc
-            raise
-        watchdog.engine_up()
-        self._watchdog = watchdog
+        self._llm, self._watchdog = _start(args, own_process_group, output)
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False
         self._gate = asyncio.Condition()
