@@ -95,8 +95,8 @@ class _Router(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if _is_library(record.name):
             self.file.handle(record)
-        elif record.levelno >= logging.WARNING:
-            logging.lastResort.handle(record)  # type: ignore[union-attr]
+        elif record.levelno >= logging.WARNING and logging.lastResort is not None:
+            logging.lastResort.handle(record)
 
 
 class _ToFile(logging.Filter):
