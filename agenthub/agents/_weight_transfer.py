@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
-from vllm.distributed.weight_transfer.base import (
+
+from agenthub.agents._vllm_compat import (
     ParamMeta,
     TrainerInitInfo,
     TrainerWeightTransferEngine,
@@ -35,6 +35,11 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferEngine,
     WeightTransferInitInfo,
     WeightTransferUpdateInfo,
+    begin_layerwise_reload,
+    destroy_stateless_process_group,
+    end_layerwise_reload,
+    register_weight_transfer,
+    stateless_process_group,
 )
 
 __all__ = [
@@ -122,19 +127,13 @@ def open_group(
 ) -> torch.distributed.ProcessGroup:
     """A gloo group of its own (the process's default group, if any, is left alone). Rank 0
     hosts the rendezvous store at `address:port`."""
-    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
-    group = stateless_init_torch_distributed_process_group(
-        address, port, rank, world_size, backend="gloo", timeout=timedelta(seconds=timeout_s)
-    )
+    group = stateless_process_group(address, port, rank, world_size, "gloo", timeout_s)
     assert isinstance(group, torch.distributed.ProcessGroup)
     return group
 
 
 def close_group(group: torch.distributed.ProcessGroup) -> None:
-    from vllm.distributed.utils import stateless_destroy_torch_distributed_process_group
-
-    stateless_destroy_torch_distributed_process_group(group)
+    destroy_stateless_process_group(group)
 
 
 class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
@@ -162,14 +161,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         )
 
     def start_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
-        initialize_layerwise_reload(self.model)
+        begin_layerwise_reload(self.model)
 
     def finish_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-        finalize_layerwise_reload(self.model, self.model_config)  # type: ignore[no-untyped-call]
+        end_layerwise_reload(self.model, self.model_config)
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
         # The base class ends with an accelerator synchronize, which fails without one.
@@ -328,12 +323,4 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
 def register() -> None:
     """Register the `agenthub-gloo` backend with vLLM's worker and trainer factories (the
     `vllm.general_plugins` entry point; idempotent)."""
-    from vllm.distributed.weight_transfer.factory import (
-        WeightTransferEngineFactory,
-        WeightTransferTrainerFactory,
-    )
-
-    if BACKEND not in WeightTransferEngineFactory._registry:
-        WeightTransferEngineFactory.register_engine(BACKEND, GlooWeightTransferEngine)
-    if BACKEND not in WeightTransferTrainerFactory._registry:
-        WeightTransferTrainerFactory.register_engine(BACKEND, GlooTrainerWeightTransferEngine)
+    register_weight_transfer(BACKEND, GlooWeightTransferEngine, GlooTrainerWeightTransferEngine)

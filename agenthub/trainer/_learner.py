@@ -86,9 +86,9 @@ def _init_single_process_distributed() -> None:
         # DeepSpeed builds its shared-memory all-reduce for CPU ranks (a C++ op compiled on
         # first use, half a minute of both cores) when it starts its communication backend;
         # one rank has nothing to reduce with, so the op is marked as not wanted.
-        from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+        from agenthub.trainer._deepspeed_compat import skip_shared_memory_comm
 
-        deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False
+        skip_shared_memory_comm()
     deepspeed.init_distributed(dist_backend=backend)
 
 

@@ -15,8 +15,12 @@ import socket
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
-
+from agenthub.agents._vllm_compat import (
+    ParamMeta,
+    WeightSource,
+    nccl_trainer_init_info,
+    trainer_weight_transfer,
+)
 from agenthub.agents._weight_transfer import BACKEND as GLOO_BACKEND
 from agenthub.trainer._config import RayConfig
 
@@ -132,7 +136,6 @@ def open_sender(
     """Open the transfer group with every worker's engine and return vLLM's trainer-side
     engine (`send_weights()` runs one round) with its client."""
     import ray
-    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
     from agenthub.agents._weight_transfer import GlooTrainerInitInfo, register
 
@@ -148,11 +151,9 @@ def open_sender(
         register()
         init_info = GlooTrainerInitInfo(**rendezvous)
     else:
-        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
-
-        init_info = NCCLTrainerInitInfo(**rendezvous)
+        init_info = nccl_trainer_init_info(**rendezvous)
     source = LearnerSource(module, zero3)
-    sender = WeightTransferTrainerFactory.trainer_init(init_info, client=client, source=source)
+    sender = trainer_weight_transfer(init_info, client=client, source=source)
     return sender, client
 
 

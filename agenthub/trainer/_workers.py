@@ -32,6 +32,7 @@ from agenthub.agents import (
 from agenthub.agents._engines import rollout_config
 from agenthub.agents._run_dir import split_tasks
 from agenthub.trainer._config import TrainConfig
+from agenthub.trainer._library_logs import LIBRARY_LOG_ENV, route_library_logs
 
 __all__ = [
     "Admission",
@@ -44,11 +45,15 @@ __all__ = [
 
 
 def output_to_stderr() -> None:
-    """Ray's set-up hook for the run's processes: what they print (an env's own prints, the
-    engine's and DeepSpeed's messages) goes to stderr, as the driver's log lines do, so the
-    run's stdout holds only its JSON summary. Subprocesses started later inherit it."""
+    """Ray's set-up hook for the run's processes: what they print (an env's own prints) goes to
+    stderr, as the driver's log lines do, so the run's stdout holds only its JSON summary;
+    subprocesses started later inherit it. What the libraries log goes to the run's library
+    log where the driver named one (`agenthub.trainer._library_logs`)."""
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    log = os.environ.get(LIBRARY_LOG_ENV)
+    if log:
+        route_library_logs(Path(log))
 
 
 def task_stream(env: Env[Any], split: str, seed: int, rank: int, workers: int) -> Iterator[Task]:
@@ -168,6 +173,7 @@ class RolloutWorker:
             weight_transfer=transfer_backend(cfg.ray),
             seed=cfg.run.seed + self.rank,
             max_num_seqs=max(cfg.rollout.concurrency, cfg.eval.tasks * cfg.eval.samples_per_task),
+            output=os.environ.get(LIBRARY_LOG_ENV) or None,
         )
         self.keeper = make(cfg.env, **cfg.env_kwargs)
         self.rollout = rollout_config(

@@ -97,8 +97,7 @@ def test_learner_step_synced_into_vllm_changes_what_it_samples(tiny_model: Path)
 
 @pytest.mark.timeout(900)
 def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Path) -> None:
-    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
-
+    from agenthub.agents._vllm_compat import trainer_weight_transfer
     from agenthub.agents._weight_transfer import BACKEND, GlooTrainerInitInfo, register
     from agenthub.trainer import Learner, LearnerConfig
     from agenthub.trainer._weight_sync import EngineClient, LearnerSource, _free_port
@@ -116,7 +115,7 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Pa
             )
             source = LearnerSource(learner.engine.module, zero3=True)
             sender = await asyncio.to_thread(
-                WeightTransferTrainerFactory.trainer_init, info, client=client, source=source
+                trainer_weight_transfer, info, client=client, source=source
             )
             before = await engine.generate(PROMPT, SAMPLING)
             state = learn_from(learner, before)

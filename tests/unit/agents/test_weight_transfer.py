@@ -15,9 +15,8 @@ import pytest
 pytest.importorskip("vllm", reason="the weight-transfer backend needs the train extra")
 
 import torch
-from vllm.config import WeightTransferConfig
-from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
 
+from agenthub.agents._vllm_compat import ParamMeta, WeightSource, weight_transfer_config
 from agenthub.agents._weight_transfer import (
     BACKEND,
     GlooTrainerInitInfo,
@@ -88,7 +87,7 @@ def _worker(model: RecordingModel) -> GlooWeightTransferEngine:
         model_config=None,
     )
     return GlooWeightTransferEngine(
-        WeightTransferConfig(backend=BACKEND), vllm_config, torch.device("cpu"), model
+        weight_transfer_config(BACKEND), vllm_config, torch.device("cpu"), model
     )
 
 
