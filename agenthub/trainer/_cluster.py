@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
 from agenthub.trainer._config import EvalConfig, TrainConfig
+from agenthub.trainer._library_logs import library_log_env, route_library_logs
 
 if TYPE_CHECKING:
     from agenthub.agents._eval_summary import EvalSummary
@@ -205,19 +206,25 @@ class RayCluster:
         return int(await self.learner.load_checkpoint.remote(str(directory), tag))
 
 
-def start_ray(cfg: TrainConfig) -> None:
+def start_ray(cfg: TrainConfig, library_log: Path | None = None) -> None:
     """Start Ray on this machine, or join the cluster at `ray.address`; a no-op when Ray is
-    up already. Refuses GPUs this machine lacks rather than wait for them for ever."""
+    up already. Refuses GPUs this machine lacks rather than wait for them for ever. With
+    `library_log`, what Ray, vLLM, DeepSpeed and Triton say goes to that file, in this process
+    and in every process of the run, rather than to the terminal."""
     import ray
 
     if ray.is_initialized():
         return
+    # The run's stdout is its JSON summary; its processes print to stderr.
+    runtime_env: dict[str, Any] = {"worker_process_setup_hook": _OUTPUT_TO_STDERR}
+    if library_log is not None:
+        route_library_logs(library_log)
+        runtime_env["env_vars"] = library_log_env(library_log)
     options: dict[str, Any] = {
         "include_dashboard": False,
         "logging_level": "WARNING",
         "log_to_driver": True,
-        # The run's stdout is its JSON summary; its processes print to stderr.
-        "runtime_env": {"worker_process_setup_hook": _OUTPUT_TO_STDERR},
+        "runtime_env": runtime_env,
     }
     if cfg.ray.address:
         _join_ray(cfg.ray.address, options)

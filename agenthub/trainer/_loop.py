@@ -31,6 +31,7 @@ from agenthub.trainer._cluster import Cluster, RayCluster, start_ray
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._control import RunControl, RunSummary, StopReason, interruptible
 from agenthub.trainer._evaluation import HeldOutEvaluator, HeldOutRewards
+from agenthub.trainer._library_logs import library_log
 from agenthub.trainer._metrics import (
     MetricsLog,
     StepRecord,
@@ -193,7 +194,7 @@ class Trainer:
 
         model_path = resolve_model(self.config.model, needed=True, progress=self.build_progress)
         assert model_path is not None
-        start_ray(self.config)
+        start_ray(self.config, library_log(self.dir.path))
         return lambda cfg, version, drawn: RayCluster(cfg, model_path, version, drawn)
 
     def _parts(self, cluster: Cluster, metrics: MetricsLog) -> _Parts:
