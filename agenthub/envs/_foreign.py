@@ -1,0 +1,101 @@
+"""What every adapter to another hub's environments shares: importing the foreign package
+lazily behind its extra, and turning the package's failures into errors that name it."""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import threading
+import urllib.error
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import TypeVar
+
+import anyio.to_thread
+
+from agenthub._errors import AgentHubError
+
+T = TypeVar("T")
+
+_NETWORK_ERRORS: tuple[type[BaseException], ...] = (
+    socket.gaierror,
+    ConnectionError,
+    TimeoutError,
+    urllib.error.URLError,
+)
+# Names of the network errors of libraries we do not import (requests, httpx, aiohttp).
+_NETWORK_ERROR_NAMES = {"ConnectError", "ConnectTimeout", "ConnectionError", "ClientConnectorError"}
+
+
+class ForeignEnvError(AgentHubError, RuntimeError):
+    """A foreign environment failed; the message names its package and what it was doing.
+    Raised from `reset` or `step`, it ends that episode as an `env_error`, never the run."""
+
+
+class MissingExtraError(AgentHubError, ImportError):
+    """An adapter's foreign package is not installed."""
+
+
+def import_foreign(module: str, *, env: str, extra: str) -> ModuleType:
+    """Import `module` for the `env` adapter, or say in one line which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != module.split(".")[0]:
+            raise  # the package is there, one of its own imports is not: show that
+        raise MissingExtraError(
+            f"the {env} env needs the {module.split('.')[0]} package: "
+            f"pip install 'agenthub[{extra}]'"
+        ) from None
+
+
+def foreign_failure(package: str, what: str, exc: BaseException) -> ForeignEnvError:
+    """A `ForeignEnvError` saying that `package` failed while doing `what`, and that it needed
+    the network where the failure was one (this machine may have none)."""
+    detail = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
+    if needs_network(exc):
+        return ForeignEnvError(
+            f"{package} needed the network while {what} and could not reach it ({detail}); "
+            "this environment downloads data at run time: run it where the network is "
+            "reachable, or install its data beforehand"
+        )
+    return ForeignEnvError(f"{package} raised while {what}: {detail}")
+
+
+def needs_network(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, is a failed network access, or
+    nltk's missing-resource error (its corpora are downloaded when first used)."""
+    for cause in _chain(exc):
+        if isinstance(cause, _NETWORK_ERRORS) or type(cause).__name__ in _NETWORK_ERROR_NAMES:
+            return True
+        if isinstance(cause, LookupError) and "nltk.download" in str(cause):
+            return True
+    return False
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+async def call_foreign(
+    package: str, what: str, call: Callable[[], T], *, lock: threading.Lock | None = None
+) -> T:
+    """Run the foreign library's blocking `call` on a worker thread (under `lock` when one is
+    given, for libraries with process-wide state) and raise its failure as a
+    `ForeignEnvError` naming `package` and `what` it was doing."""
+
+    def run() -> T:
+        if lock is None:
+            return call()
+        with lock:
+            return call()
+
+    try:
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=False)
+    except (Exception, SystemExit) as exc:
+        raise foreign_failure(package, what, exc) from exc

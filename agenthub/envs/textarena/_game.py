@@ -1,0 +1,104 @@
+"""One TextArena game, played with its actions wrapped as TextArena wraps them, its
+observations read raw (each call returns only what is new) and its use of Python's global
+`random` kept to itself."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from agenthub.envs._foreign import import_foreign
+
+T = TypeVar("T")
+
+# TextArena's games draw from the global `random` (its State seeds it); episodes of many
+# games share one process, so each game's draws happen under this lock from its own state.
+RANDOM_LOCK = threading.Lock()
+
+
+def textarena() -> Any:
+    return import_foreign("textarena", env="textarena", extra="textarena")
+
+
+def game_spec(env_id: str) -> Any:
+    registry = textarena().envs.registration.ENV_REGISTRY
+    if env_id not in registry:
+        family = env_id.split("-")[0]
+        near = sorted(i for i in registry if i.split("-")[0] == family) or sorted(registry)[:20]
+        raise ValueError(f"TextArena has no game {env_id!r}; ids like it: {', '.join(near)}")
+    return registry[env_id]
+
+
+class Game:
+    """A TextArena game for one player. Every method blocks: call it from a worker thread."""
+
+    def __init__(self, env_id: str, kwargs: dict[str, Any]) -> None:
+        self._env_id = env_id
+        self._kwargs = kwargs
+        self._env: Any = None
+        self._random_state: Any = None
+
+    def _own_random(self, call: Callable[[], T]) -> T:
+        with RANDOM_LOCK:
+            outside = random.getstate()
+            if self._random_state is not None:
+                random.setstate(self._random_state)
+            try:
+                return call()
+            finally:
+                self._random_state = random.getstate()
+                random.setstate(outside)
+
+    def _build(self) -> Any:
+        ta = textarena()
+        spec = game_spec(self._env_id)
+        factory = spec.entry_point
+        if isinstance(factory, str):
+            module, name = factory.split(":")
+            factory = getattr(importlib.import_module(module), name)
+        env = factory(**{**spec.kwargs, **self._kwargs})
+        env.env_id = self._env_id
+        # The id's action wrappers (bracketing a bare move) stay; its observation wrappers,
+        # which return the whole transcript every turn, do not: agenthub adds new text only.
+        for wrapper in spec.default_wrappers or ():
+            if issubclass(wrapper, ta.ActionWrapper):
+                env = wrapper(env)
+        return env
+
+    def reset(self, seed: int) -> str:
+        def start() -> str:
+            if self._env is None:
+                self._env = self._build()
+            self._env.reset(num_players=1, seed=seed)
+            return self._new_text()
+
+        return self._own_random(start)
+
+    def step(self, action: str) -> tuple[bool, str]:
+        def play() -> tuple[bool, str]:
+            done, _ = self._env.step(action=action)
+            return bool(done), self._new_text()
+
+        return self._own_random(play)
+
+    def outcome(self) -> tuple[float, dict[str, Any]]:
+        """The player's reward and TextArena's game info (reason, invalid_move, turn_count)."""
+        rewards, game_info = self._env.close()
+        return float((rewards or {}).get(0, 0.0)), dict(game_info.get(0, {}))
+
+    def _new_text(self) -> str:
+        """What the player has not seen yet, as TextArena's LLM wrapper writes each message
+        (`[GAME] ...`), less the echo of the player's own move."""
+        ta = textarena()
+        _, messages = self._env.get_observation()
+        roles = self._env.state.role_mapping
+        lines = []
+        for sender, text, kind in messages:
+            if kind == ta.ObservationType.PLAYER_ACTION:  # the move itself, as the reply said it
+                continue
+            name = "GAME" if sender == ta.GAME_ID else roles.get(sender, f"Player {sender}")
+            lines.append(f"[{name}] {text}")
+        return "\n".join(lines)
