@@ -4,14 +4,16 @@ lazily behind its extra, and turning the package's failures into errors that nam
 from __future__ import annotations
 
 import importlib
+import random
 import socket
 import threading
 import urllib.error
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
+import numpy as np
 
 from agenthub._errors import AgentHubError
 
@@ -99,3 +101,42 @@ async def call_foreign(
         return await anyio.to_thread.run_sync(run, abandon_on_cancel=False)
     except (Exception, SystemExit) as exc:
         raise foreign_failure(package, what, exc) from exc
+
+
+class OwnRandom:
+    """Python's and numpy's global random generators, as one foreign game sees them.
+
+    Libraries like TextArena and gem seed and draw from the process-wide `random` and
+    `np.random`; episodes of many games share one process, so each game's calls run through
+    its own `OwnRandom`, one at a time, each from the state the game's last call left."""
+
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._state: tuple[Any, Any] | None = None
+
+    def run(self, call: Callable[[], T]) -> T:
+        with OwnRandom._lock:
+            outside = random.getstate(), np.random.get_state()
+            if self._state is not None:
+                random.setstate(self._state[0])
+                np.random.set_state(self._state[1])
+            try:
+                return call()
+            finally:
+                self._state = random.getstate(), np.random.get_state()
+                random.setstate(outside[0])
+                np.random.set_state(outside[1])
+
+
+HELD_OUT_SEED_OFFSET = 1_000_003
+"""Games have no task lists: split `train` is `num_tasks` games seeded `seed + i`, split
+`held_out` the same seeded `seed + 1_000_003 + i`."""
+
+
+def game_seeds(split: str, *, seed: int, num_tasks: int, env: str) -> range:
+    """The game seeds of `split` for an adapter whose tasks differ by seed alone."""
+    if split not in ("train", "held_out"):
+        raise ValueError(f"{env} has the splits 'train' and 'held_out', not {split!r}")
+    first = seed + (HELD_OUT_SEED_OFFSET if split == "held_out" else 0)
+    return range(first, first + num_tasks)

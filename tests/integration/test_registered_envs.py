@@ -29,6 +29,9 @@ BUILTIN_ARGS: dict[str, dict[str, Any]] = {
     "math": {},
     "judge": {"rm_url": "set by _judge_server below", "dataset": str(FIXTURES / "tasks.jsonl")},
     "code_exec": {"num_tasks": 2},
+    # adapters to other hubs: the environment they run
+    "reasoning_gym": {"dataset": "basic_arithmetic", "size": 3},
+    "textarena": {"env_id": "TowerOfHanoi-v0", "num_tasks": 2},
 }
 
 

@@ -2,6 +2,6 @@
 agenthub env: `agenthub.make("textarena", env_id="TowerOfHanoi-v0")`. Needs the `textarena`
 extra."""
 
-from agenthub.envs.textarena._env import HELD_OUT_SEED_OFFSET, TextArenaEnv
+from agenthub.envs.textarena._env import TextArenaEnv
 
-__all__ = ["HELD_OUT_SEED_OFFSET", "TextArenaEnv"]
+__all__ = ["TextArenaEnv"]

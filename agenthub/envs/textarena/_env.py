@@ -5,10 +5,8 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
-from agenthub.envs._foreign import call_foreign
+from agenthub.envs._foreign import call_foreign, game_seeds
 from agenthub.envs.textarena._game import Game, game_spec, textarena
-
-HELD_OUT_SEED_OFFSET = 1_000_003
 
 
 class TextArenaEnv(Env[list[Message]]):
@@ -42,11 +40,8 @@ class TextArenaEnv(Env[list[Message]]):
         self._playing = False
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
-        if split not in ("train", "held_out"):
-            raise ValueError(f"textarena has the splits 'train' and 'held_out', not {split!r}")
-        first = self._seed + (HELD_OUT_SEED_OFFSET if split == "held_out" else 0)
-        for i in range(self._num_tasks):
-            game_seed = first + i
+        seeds = game_seeds(split, seed=self._seed, num_tasks=self._num_tasks, env="textarena")
+        for i, game_seed in enumerate(seeds):
             yield Task(
                 id=f"{self._env_id}/{split}/{i}",
                 prompt=self._opening(game_seed),

@@ -5,18 +5,9 @@ observations read raw (each call returns only what is new) and its use of Python
 from __future__ import annotations
 
 import importlib
-import random
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-from agenthub.envs._foreign import import_foreign
-
-T = TypeVar("T")
-
-# TextArena's games draw from the global `random` (its State seeds it); episodes of many
-# games share one process, so each game's draws happen under this lock from its own state.
-RANDOM_LOCK = threading.Lock()
+from agenthub.envs._foreign import OwnRandom, import_foreign
 
 
 def textarena() -> Any:
@@ -39,18 +30,8 @@ class Game:
         self._env_id = env_id
         self._kwargs = kwargs
         self._env: Any = None
-        self._random_state: Any = None
-
-    def _own_random(self, call: Callable[[], T]) -> T:
-        with RANDOM_LOCK:
-            outside = random.getstate()
-            if self._random_state is not None:
-                random.setstate(self._random_state)
-            try:
-                return call()
-            finally:
-                self._random_state = random.getstate()
-                random.setstate(outside)
+        # TextArena's State seeds the global `random` and its games draw from it.
+        self._random = OwnRandom()
 
     def _build(self) -> Any:
         ta = textarena()
@@ -75,14 +56,14 @@ class Game:
             self._env.reset(num_players=1, seed=seed)
             return self._new_text()
 
-        return self._own_random(start)
+        return self._random.run(start)
 
     def step(self, action: str) -> tuple[bool, str]:
         def play() -> tuple[bool, str]:
             done, _ = self._env.step(action=action)
             return bool(done), self._new_text()
 
-        return self._own_random(play)
+        return self._random.run(play)
 
     def outcome(self) -> tuple[float, dict[str, Any]]:
         """The player's reward and TextArena's game info (reason, invalid_move, turn_count)."""
