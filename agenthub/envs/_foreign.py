@@ -57,9 +57,9 @@ def foreign_failure(package: str, what: str, exc: BaseException) -> ForeignEnvEr
     detail = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
     if needs_network(exc):
         return ForeignEnvError(
-            f"{package} needed the network while {what} and could not reach it ({detail}); "
-            "this environment downloads data at run time: run it where the network is "
-            "reachable, or install its data beforehand"
+            f"{package} could not reach the network while {what} ({detail}): an env that "
+            "downloads data when it runs needs a machine with network, or its data installed "
+            "beforehand; one that talks to a server needs that server up"
         )
     return ForeignEnvError(f"{package} raised while {what}: {detail}")
 

@@ -41,4 +41,7 @@ def test_a_game_that_needs_the_network_fails_its_episodes_typed(tmp_path: Path) 
     assert len(runs) == 2
     for t in runs:
         assert t["error"]["cause"] == "env_error", t["error"]
-        assert "textarena needed the network while starting Wordle-v0" in t["error"]["message"]
+        assert (
+            "textarena could not reach the network while starting Wordle-v0"
+            in t["error"]["message"]
+        )

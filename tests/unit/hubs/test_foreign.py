@@ -42,7 +42,7 @@ def test_failed_network_access_is_named_as_such(exc: BaseException) -> None:
     wrapped.__cause__ = exc
     assert needs_network(wrapped)
     message = str(foreign_failure("textarena", "starting Wordle-v0", wrapped))
-    assert message.startswith("textarena needed the network while starting Wordle-v0")
+    assert message.startswith("textarena could not reach the network while starting Wordle-v0")
 
 
 def test_other_failures_name_the_package_and_what_it_did() -> None:
