@@ -15,3 +15,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 def test_openenv_adapter_in_openenv_s_venv(hub_venv: Callable[[str], Path]) -> None:
     output = run_inside(hub_venv("openenv"), "tests/integration/hubs/inside_openenv.py")
     assert "5 passed" in output, output[-2000:]
+
+
+@pytest.mark.smoke
+def test_eval_runs_openenv_in_its_venv(hub_venv: Callable[[str], Path]) -> None:
+    output = run_inside(hub_venv("openenv"), "tests/integration/hubs/inside_openenv_eval.py", 1700)
+    assert "1 passed" in output, output[-2000:]
