@@ -62,3 +62,21 @@ def test_building_keeps_agenthub_s_signal_handlers() -> None:
 def test_check_env_passes() -> None:
     agenthub.make("verifiers", env_id="vf_guess_color")  # built once, on this thread
     check_env(lambda: agenthub.make("verifiers", env_id="vf_guess_color"))
+
+
+async def test_a_v1_taskset_runs_and_scores_through_its_own_tasks() -> None:
+    env = agenthub.make("verifiers_v1", taskset="vf_v1_capitals")
+    tasks = list(env.tasks("train"))
+    assert len(tasks) == 3 and [m.role for m in tasks[0].messages()] == ["system", "user"]
+    assert "capital of France" in tasks[0].messages()[1].content
+    await env.reset(tasks[0], seed=0)
+    right = await env.step(" Paris")
+    assert (right.terminated, right.reward, right.score) == (True, 1.0, 1.0)
+    assert right.extra_logs == {"correct": 1.0, "reply_words": 1.0}
+    await env.reset(tasks[1], seed=0)
+    wrong = await env.step("Kyoto, I think")
+    assert (wrong.reward, wrong.score, wrong.extra_logs["reply_words"]) == (0.0, 0.0, 3.0)
+
+
+def test_check_env_passes_on_a_v1_taskset() -> None:
+    check_env(lambda: agenthub.make("verifiers_v1", taskset="vf_v1_capitals"))

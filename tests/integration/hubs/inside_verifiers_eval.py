@@ -20,3 +20,11 @@ def test_eval_runs_verifiers_on_the_default_model(
     path = os.pathsep.join([str(FIXTURES / "hubs"), os.environ.get("PYTHONPATH", "")])
     monkeypatch.setenv("PYTHONPATH", path)
     run_eval("verifiers", ["env_id=vf_guess_color"], tmp_path)
+
+
+def test_eval_runs_a_v1_taskset_on_the_default_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = os.pathsep.join([str(FIXTURES / "hubs"), os.environ.get("PYTHONPATH", "")])
+    monkeypatch.setenv("PYTHONPATH", path)
+    run_eval("verifiers_v1", ["taskset=vf_v1_capitals"], tmp_path)
