@@ -10,7 +10,7 @@ from agenthub.envs.gem._game import Game, check_id, gem
 
 
 class GemEnv(Env[list[Message]]):
-    """An env of gem (gem-llm) made with `gem.make` (`pip install 'agenthub[gem]'`).
+    """An env of gem (gem-llm) made with `gem.make`; needs the extra `gem`.
 
     `env_id` is gem's id (`game:GuessTheNumber-v0-easy`, `game:Minesweeper-v0-easy`, ...);
     further KEY=VALUE arguments are the env's own. Each reply is one action; the env's

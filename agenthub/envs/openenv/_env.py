@@ -21,10 +21,12 @@ PROMPT = "Each reply you write is sent to the environment as your action."
 
 
 class OpenEnvEnv(Env[list[Message]]):
-    """An OpenEnv environment (`pip install 'agenthub[openenv]'`): a running server given by
-    `base_url` (reached over its WebSocket, one session per episode), or an `Environment`
-    class run in this process, `env=package.module:Class` (its Action type read from its
-    `Environment[Action, ...]` declaration, or given as `action=package.module:Class`).
+    """An OpenEnv environment, served or in-process; needs the extra `openenv`.
+
+    A running server given by `base_url` (reached over its WebSocket, one session per
+    episode), or an `Environment` class run in this process, `env=package.module:Class` (its
+    Action type read from its `Environment[Action, ...]` declaration, or given as
+    `action=package.module:Class`).
 
     Each reply becomes the Action's `action_field` (default `message`); the observation,
     after OpenEnv's `done`, `reward` and `metadata`, becomes the next user message: its

@@ -17,7 +17,7 @@ from agenthub.envs.reasoning_gym._datasets import (
 
 
 class ReasoningGymEnv(Env[list[Message]]):
-    """A reasoning-gym procedural dataset (`pip install 'agenthub[reasoning-gym]'`).
+    """A reasoning-gym procedural dataset; needs the extra `reasoning-gym`.
 
     `dataset` names one of reasoning-gym's datasets (`basic_arithmetic`, `leg_counting`, ...;
     `composite` mixes several: `datasets={"NAME": WEIGHT, ...}`, or a list of

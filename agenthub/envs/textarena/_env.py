@@ -10,7 +10,7 @@ from agenthub.envs.textarena._game import Game, game_spec, textarena
 
 
 class TextArenaEnv(Env[list[Message]]):
-    """A single-player TextArena game (`pip install 'agenthub[textarena]'`).
+    """A single-player TextArena game; needs the extra `textarena`.
 
     `env_id` is TextArena's id (`TowerOfHanoi-v0`, `Sudoku-v0-easy`, `GuessTheNumber-v0`, ...);
     further KEY=VALUE arguments are the game's own (`num_disks=4`). Each reply is one move;

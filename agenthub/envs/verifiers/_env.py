@@ -16,8 +16,9 @@ _JSON: TypeAdapter[JsonValue] = TypeAdapter(JsonValue)
 
 
 class VerifiersEnv(Env[list[Message]]):
-    """A verifiers environment, classic API (`vf.load_environment`, `MultiTurnEnv`,
-    `SingleTurnEnv`, `Rubric`), run unchanged (`pip install 'agenthub[verifiers]'`).
+    """A verifiers environment of the classic API, run unchanged; needs the extra `verifiers`.
+
+    The classic API: `vf.load_environment`, `SingleTurnEnv`, `MultiTurnEnv`, `Rubric`.
 
     `env_id` is the module name `vf.load_environment` takes (an installed environment
     package); further KEY=VALUE arguments go to its `load_environment`. verifiers runs each

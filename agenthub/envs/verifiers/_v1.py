@@ -18,7 +18,7 @@ def v1(module: str = "") -> Any:
 
 
 class VerifiersTasksetEnv(Env[list[Message]]):
-    """A verifiers `v1` taskset (`pip install 'agenthub[verifiers]'`), one reply per task.
+    """A verifiers `v1` taskset, one reply per task; needs the extra `verifiers`.
 
     `taskset` is the taskset's id as verifiers loads it (an installed taskset package or a
     module on the path exporting one `Taskset` subclass); further KEY=VALUE arguments are its
