@@ -6,7 +6,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
 from agenthub.envs._foreign import call_foreign, game_seeds
-from agenthub.envs.textarena._game import Game, game_spec, textarena
+from agenthub.envs.textarena._game import Game, game_spec, known_games, textarena
 
 
 class TextArenaEnv(Env[list[Message]]):
@@ -22,9 +22,9 @@ class TextArenaEnv(Env[list[Message]]):
     game's final reward for the player (1 for a win; puzzles give partial credit at the turn
     limit); `score` is 1.0 for a win, and `extra_logs` has `turn_count` and `invalid_move`.
 
-    Games that need data they download at run time (nltk's word lists: Wordle, Hangman,
-    WordLadder, Crosswords, ...) fail each episode with an error saying so on a machine
-    without network.
+    Games that need the network (nltk's word lists: Wordle, Hangman, WordLadder,
+    WordSearch; a hosted game master: TwentyQuestions, GuessWho) fail each episode with an
+    error saying so on a machine without network; `TextArenaEnv.known_ids()` says which.
     """
 
     def __init__(
@@ -38,6 +38,13 @@ class TextArenaEnv(Env[list[Message]]):
         self._game = Game(env_id, game_kwargs)
         self._kwargs = game_kwargs
         self._playing = False
+
+    @staticmethod
+    def known_ids() -> dict[str, bool]:
+        """The single-player game ids of the installed TextArena, each mapped to whether it
+        runs without network: games that download nltk's word lists, or whose game master
+        is a hosted model, map to False."""
+        return known_games()
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
         seeds = game_seeds(split, seed=self._seed, num_tasks=self._num_tasks, env="textarena")

@@ -74,3 +74,11 @@ def test_an_unknown_game_fails_when_made_naming_ids_like_it() -> None:
 def test_check_env_passes() -> None:
     check_env(lambda: agenthub.make("textarena", env_id="TowerOfHanoi-v0", num_tasks=2))
     check_env(lambda: agenthub.make("textarena", env_id="GuessTheNumber-v0", num_tasks=2))
+
+
+def test_known_ids_say_which_games_run_offline() -> None:
+    known = TextArenaEnv.known_ids()
+    assert known["TowerOfHanoi-v0"] is True and known["Minesweeper-v0-small"] is True
+    assert known["Wordle-v0"] is False and known["Hangman-v0"] is False
+    assert known["TwentyQuestions-v0"] is False, "its game master is a hosted model"
+    assert "Chess-v0" not in known, "two-player games are not offered"
