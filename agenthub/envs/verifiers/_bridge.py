@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -17,15 +18,18 @@ from typing import Any
 from agenthub._types import Message
 from agenthub.envs._foreign import import_foreign
 from agenthub.envs.verifiers._messages import to_agenthub
+from agenthub.tools import parse_tool_calls
 
 MODEL = "agenthub"
 
 
 @dataclass(frozen=True)
 class Ask:
-    """verifiers asks for the model's reply to `prompt` (its whole message list)."""
+    """verifiers asks for the model's reply to `prompt` (its whole message list), offering
+    `tools` (OpenAI function schemas)."""
 
     prompt: list[Any]
+    tools: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -49,17 +53,32 @@ def bridge_client_class() -> type[Any]:
     class BridgeClient(vf.clients.Client):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__(object())
-            self.asks: asyncio.Queue[tuple[list[Any], asyncio.Future[str]]] = asyncio.Queue(1)
+            self.asks: asyncio.Queue[tuple[list[Any], list[Any], asyncio.Future[str]]] = (
+                asyncio.Queue(1)
+            )
             self._ids = itertools.count()
 
         async def get_response(
             self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **kwargs: Any
         ) -> Any:
             reply: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            await self.asks.put((list(prompt), reply))
+            await self.asks.put((list(prompt), [_schema(t) for t in tools or ()], reply))
             text = await reply
+            # Tool calls are read from the reply text as agenthub's own tool envs read them;
+            # a call that cannot be read is left out, as a model server would.
+            calls = [
+                types.ToolCall(
+                    id=call.id or f"call_{n}", name=call.name, arguments=json.dumps(call.arguments)
+                )
+                for n, call in enumerate(parse_tool_calls(text))
+                if call.error is None
+            ]
             message = types.ResponseMessage(
-                role="assistant", content=text, finish_reason="stop", is_truncated=False
+                role="assistant",
+                content=text,
+                tool_calls=calls or None,
+                finish_reason="tool_calls" if calls else "stop",
+                is_truncated=False,
             )
             return types.Response(
                 id=f"agenthub-{next(self._ids)}",
@@ -93,6 +112,12 @@ def bridge_client_class() -> type[Any]:
     return BridgeClient
 
 
+def _schema(tool: Any) -> dict[str, Any]:
+    """A verifiers `Tool` as the OpenAI function schema agenthub shows the chat template."""
+    function = {"name": tool.name, "description": tool.description}
+    return {"type": "function", "function": {**function, "parameters": tool.parameters}}
+
+
 class Rollout:
     """A verifiers rollout in progress, on a task of this event loop."""
 
@@ -113,8 +138,8 @@ class Rollout:
             if not asked.done():
                 asked.cancel()
         if asked.done() and not asked.cancelled():
-            prompt, self._reply = asked.result()
-            return Ask(prompt)
+            prompt, tools, self._reply = asked.result()
+            return Ask(prompt, tools)
         return Done(dict(self._task.result()))
 
     async def reply(self, text: str) -> Ask | Done:

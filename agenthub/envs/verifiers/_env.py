@@ -24,7 +24,10 @@ class VerifiersEnv(Env[list[Message]]):
     package); further KEY=VALUE arguments go to its `load_environment`. verifiers runs each
     rollout with its own loop (`env_response`, stop conditions, rubric) and a client that hands
     each prompt to agenthub and returns the reply agenthub sampled: agenthub owns generation.
-    Each observation is the messages verifiers added since the last reply.
+    Each observation is the messages verifiers added since the last reply. A `ToolEnv`'s tools
+    are the env's `tools`; the calls a reply writes (`<tool_call>{"name": ..., "arguments":
+    ...}</tool_call>`, as `agenthub.tools` reads them) reach verifiers as the reply's tool calls,
+    and its tool messages come back as `tool` messages.
 
     Tasks: the environment's dataset (`train`) and eval dataset (`held_out`; verifiers itself
     falls back to the dataset where there is none). At the end the rubric's reward is the
@@ -71,6 +74,7 @@ class VerifiersEnv(Env[list[Message]]):
                 f"verifiers ended the rollout of {self._env_id} before asking for a reply"
             )
         self._seen = len(event.prompt)
+        self.tools = event.tools  # a ToolEnv's tools, shown to the model as the episode opens
         return said_since(event.prompt, len(prompt)), {}
 
     async def step(self, action: str) -> Step[list[Message]]:

@@ -9,6 +9,7 @@ import signal
 import pytest
 
 import agenthub
+from agenthub import Message
 from agenthub.testing import check_env
 
 from ...conftest import FIXTURES
@@ -59,9 +60,24 @@ def test_building_keeps_agenthub_s_signal_handlers() -> None:
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+async def test_a_tool_env_s_tools_are_offered_and_its_calls_read_from_the_reply() -> None:
+    env = agenthub.make("verifiers", env_id="vf_calculator")
+    await env.reset(next(iter(env.tasks("train"))))
+    [tool] = env.tools
+    assert tool["function"]["name"] == "add"
+    assert tool["function"]["parameters"]["required"] == ["a", "b"]
+    call = '<tool_call>{"name": "add", "arguments": {"a": 17, "b": 25}}</tool_call>'
+    answered = await env.step(f"Let me add. {call}")
+    assert answered.observation == [Message(role="tool", content="42", tool_call_id="call_0")]
+    last = await env.step("The answer is 42.")
+    assert (last.terminated, last.score) == (True, 1.0)
+    assert last.extra_logs["add_calls"] == 1.0 and last.info["stop_condition"] == "no_tools_called"
+
+
 def test_check_env_passes() -> None:
-    agenthub.make("verifiers", env_id="vf_guess_color")  # built once, on this thread
-    check_env(lambda: agenthub.make("verifiers", env_id="vf_guess_color"))
+    for env_id in ("vf_guess_color", "vf_calculator"):
+        agenthub.make("verifiers", env_id=env_id)  # built once, on this thread
+        check_env(lambda env_id=env_id: agenthub.make("verifiers", env_id=env_id))
 
 
 async def test_a_v1_taskset_runs_and_scores_through_its_own_tasks() -> None:
