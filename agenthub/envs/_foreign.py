@@ -4,11 +4,13 @@ lazily behind its extra, and turning the package's failures into errors that nam
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import random
 import socket
 import threading
 import urllib.error
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -140,3 +142,32 @@ def game_seeds(split: str, *, seed: int, num_tasks: int, env: str) -> range:
         raise ValueError(f"{env} has the splits 'train' and 'held_out', not {split!r}")
     first = seed + (HELD_OUT_SEED_OFFSET if split == "held_out" else 0)
     return range(first, first + num_tasks)
+
+
+# What in an environment's source means it needs the network when it runs: nltk's corpora
+# (downloaded on first use), word lists built on them, datasets loaded from a hub, plain
+# downloads, and a game master that is a hosted model (OpenRouter).
+_NETWORK_MARKERS = (
+    "nltk",
+    "word_lists",
+    "load_dataset",
+    "requests.get",
+    "urlopen",
+    "OpenRouterAgent",
+)
+
+
+def module_source(module: str) -> str:
+    """The source of `module` read from its file, without importing it or its package
+    (importing some environments starts a download); "" where there is no such file."""
+    top = importlib.util.find_spec(module.split(".")[0])
+    if top is None or not top.submodule_search_locations:
+        return ""
+    root = Path(next(iter(top.submodule_search_locations))).parent
+    path = root.joinpath(*module.split(".")).with_suffix(".py")
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+def source_needs_network(source: str) -> bool:
+    """Whether an environment's source shows that it reaches the network when it runs."""
+    return any(marker in source for marker in _NETWORK_MARKERS)

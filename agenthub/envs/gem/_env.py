@@ -6,7 +6,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
 from agenthub.envs._foreign import call_foreign, game_seeds
-from agenthub.envs.gem._game import Game, check_id, gem
+from agenthub.envs.gem._game import Game, check_id, gem, known_envs
 
 
 class GemEnv(Env[list[Message]]):
@@ -36,6 +36,12 @@ class GemEnv(Env[list[Message]]):
         self._kwargs = env_kwargs
         self._game = Game(env_id, env_kwargs)
         self._turns: int | None = None
+
+    @staticmethod
+    def known_ids() -> dict[str, bool]:
+        """The env ids of the installed gem, each mapped to whether it runs without network
+        (envs that download word lists or load datasets from a hub map to False)."""
+        return known_envs()
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
         seeds = game_seeds(split, seed=self._seed, num_tasks=self._num_tasks, env="gem")

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenthub.envs._foreign import OwnRandom, import_foreign
+from agenthub.envs._foreign import (
+    OwnRandom,
+    import_foreign,
+    module_source,
+    source_needs_network,
+)
 
 
 def gem() -> Any:
@@ -18,6 +23,18 @@ def check_id(env_id: str) -> None:
         family = env_id.split("-")[0]
         near = sorted(i for i in registry if i.split("-")[0] == family) or sorted(registry)[:20]
         raise ValueError(f"gem has no env {env_id!r}; ids like it: {', '.join(near)}")
+
+
+def known_envs() -> dict[str, bool]:
+    """gem's env ids, each mapped to whether it runs without network. Read from each env's
+    source rather than by importing it: importing some downloads."""
+    registry = import_foreign("gem.envs.registration", env="gem", extra="gem").ENV_REGISTRY
+    known = {}
+    for env_id, spec in registry.items():
+        entry = spec.entry_point
+        module = entry.split(":")[0] if isinstance(entry, str) else entry.__module__
+        known[env_id] = not source_needs_network(module_source(module))
+    return dict(sorted(known.items()))
 
 
 class Game:

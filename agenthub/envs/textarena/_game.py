@@ -5,10 +5,14 @@ observations read raw (each call returns only what is new) and its use of Python
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
-from agenthub.envs._foreign import OwnRandom, import_foreign
+from agenthub.envs._foreign import (
+    OwnRandom,
+    import_foreign,
+    module_source,
+    source_needs_network,
+)
 
 
 def textarena() -> Any:
@@ -24,26 +28,15 @@ def game_spec(env_id: str) -> Any:
     return registry[env_id]
 
 
-# What in a game's source means it needs the network when it runs: nltk's corpora
-# (downloaded on first use), TextArena's word lists built on them, and a game master that is
-# a hosted model (OpenRouter).
-_NETWORK_MARKERS = ("nltk", "word_lists", "requests.get", "urlopen", "OpenRouterAgent")
-
-
 def known_games() -> dict[str, bool]:
     """TextArena's single-player game ids, each mapped to whether it runs without network.
     Read from each game's source rather than by importing it: importing some downloads."""
-    ta = textarena()
-    root = Path(ta.__file__).parent.parent
     known = {}
-    for env_id, spec in ta.envs.registration.ENV_REGISTRY.items():
+    for env_id, spec in textarena().envs.registration.ENV_REGISTRY.items():
         entry = spec.entry_point
-        module = entry.split(":")[0] if isinstance(entry, str) else entry.__module__
-        # The file, not the module: importing a game's package imports the game.
-        path = root.joinpath(*module.split(".")).with_suffix(".py")
-        source = path.read_text(encoding="utf-8") if path.is_file() else ""
+        source = module_source(entry.split(":")[0] if isinstance(entry, str) else entry.__module__)
         if "SinglePlayerState" in source:
-            known[env_id] = not any(marker in source for marker in _NETWORK_MARKERS)
+            known[env_id] = not source_needs_network(source)
     return dict(sorted(known.items()))
 
 

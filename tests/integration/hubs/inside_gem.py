@@ -55,3 +55,13 @@ async def test_an_env_that_loads_a_dataset_from_a_hub_fails_its_episode_saying_s
 def test_check_env_passes() -> None:
     check_env(lambda: agenthub.make("gem", env_id="game:GuessTheNumber-v0-easy", num_tasks=2))
     check_env(lambda: agenthub.make("gem", env_id="game:Minesweeper-v0-easy", num_tasks=2))
+
+
+def test_known_ids_say_which_envs_run_offline() -> None:
+    from agenthub.envs.gem import GemEnv
+
+    known = GemEnv.known_ids()
+    assert known["game:GuessTheNumber-v0-easy"] is True
+    assert known["game:Sudoku-v0-easy"] is True
+    assert known["game:Wordle-v0-easy"] is False, "it downloads nltk's word list"
+    assert known["math:GSM8K"] is False, "it loads its dataset from a hub"

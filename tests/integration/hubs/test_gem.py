@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 def test_gem_adapter_in_gem_s_venv(hub_venv: Callable[[str], Path]) -> None:
     output = run_inside(hub_venv("gem"), "tests/integration/hubs/inside_gem.py")
-    assert "4 passed" in output, output[-2000:]
+    assert "5 passed" in output, output[-2000:]
 
 
 @pytest.mark.smoke
