@@ -36,7 +36,9 @@ def test_a_game_that_needs_the_network_fails_its_episodes_typed(tmp_path: Path) 
     result = subprocess.run(
         [*command, "--out", str(out)], capture_output=True, text=True, timeout=1400
     )
-    assert result.returncode == 0, result.stderr[-4000:]
+    # The run ends, and says why: every episode failed, so it measured nothing (exit 1).
+    assert result.returncode == 1, result.stderr[-4000:]
+    assert "2 of 2 episodes ended in errors (env_error x2)" in result.stderr
     runs = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(runs) == 2
     for t in runs:
