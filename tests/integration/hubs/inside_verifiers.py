@@ -48,10 +48,12 @@ async def test_the_env_s_own_stop_condition_ends_a_lost_episode() -> None:
     assert last.info["stop_condition"] == "max_turns_reached"
 
 
-async def test_a_metric_chosen_as_the_score() -> None:
+async def test_a_metric_chosen_as_the_score_and_the_eval_dataset_as_held_out() -> None:
     env = agenthub.make("verifiers", env_id="vf_guess_color", score_metric="tries")
-    await env.reset(next(iter(env.tasks("held_out"))))
-    assert (await env.step("green")).score == 1.0
+    held_out = next(iter(env.tasks("held_out")))
+    assert held_out.label == "black", "the env's eval_dataset, not its dataset"
+    await env.reset(held_out)
+    assert (await env.step("black")).score == 1.0
 
 
 def test_building_keeps_agenthub_s_signal_handlers() -> None:
