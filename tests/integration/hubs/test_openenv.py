@@ -1,0 +1,23 @@
+"""The openenv adapter, tested inside a venv with OpenEnv's own pins (see conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from .conftest import run_inside
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+
+
+def test_openenv_adapter_in_openenv_s_venv(hub_venv: Callable[[str], Path]) -> None:
+    output = run_inside(hub_venv("openenv"), "tests/integration/hubs/inside_openenv.py")
+    assert "5 passed" in output, output[-2000:]
+
+
+@pytest.mark.smoke
+def test_eval_runs_openenv_in_its_venv(hub_venv: Callable[[str], Path]) -> None:
+    output = run_inside(hub_venv("openenv"), "tests/integration/hubs/inside_openenv_eval.py", 1700)
+    assert "1 passed" in output, output[-2000:]
