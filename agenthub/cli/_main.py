@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     repl_arguments(repl)
     repl.set_defaults(handler=_lazy("agenthub.cli._repl", "repl_command"))
 
+    from agenthub.cli._view import add_arguments as view_arguments
+
+    view = commands.add_parser("view", help="look at runs in the browser: episodes, curves")
+    view_arguments(view)
+    view.set_defaults(handler=_lazy("agenthub.cli._view", "view_command"))
+
     from agenthub.cli._bench import add_arguments as bench_arguments
 
     bench = commands.add_parser(
