@@ -164,13 +164,15 @@ class Run:
         }
 
     def _live(self) -> dict[str, Any] | None:
-        """When the run's files last changed, and whether that is recent enough to be going."""
+        """When the run's files last changed, and whether that is recent enough to be going
+        (an eval writes its summary last: one newer than its episodes has finished)."""
         files = [self.path] if self.kind == "saved" else [self.path / f for f in _WATCHED]
-        times = [f.stat().st_mtime for f in files if f.exists()]
+        times = {f.name: f.stat().st_mtime for f in files if f.exists()}
         if not times:
             return None
-        age = time.time() - max(times)
-        return {"updated_s_ago": round(age, 1), "going": age < LIVE_S}
+        age = time.time() - max(times.values())
+        ended = times.get(SUMMARY, 0.0) >= times.get(TRAJECTORIES, float("inf"))
+        return {"updated_s_ago": round(age, 1), "going": age < LIVE_S and not ended}
 
 
 _WATCHED = (TRAJECTORIES, METRICS, SUMMARY, STATE)
