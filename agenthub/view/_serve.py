@@ -56,10 +56,12 @@ def serve(
     port: int = 0,
     tokenizer: Path | None = None,
     open_browser: bool = True,
-    say: Callable[[str], None] = print,
+    say: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the view until interrupted; port 0 takes a free one."""
     import uvicorn
+
+    say = say or _say
 
     hosts = ["*"] if not is_loopback(host) else ["127.0.0.1", "localhost", "[::1]", host]
     app = create_app(paths, tokenizer=tokenizer, allowed_hosts=hosts)
@@ -84,6 +86,10 @@ def serve(
         _open(url)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)  # at once, also to a pipe: a script waits for the address
 
 
 def _open(url: str) -> None:

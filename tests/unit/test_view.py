@@ -271,3 +271,29 @@ def test_view_of_a_missing_directory_says_what_to_give(
 
     assert main(["view", str(tmp_path / "nope"), "--no-browser"]) == 1
     assert "nope: no such run directory or file" in capsys.readouterr().err
+
+
+def test_a_run_still_writing_is_going_and_a_summarized_eval_is_not(tmp_path: Path) -> None:
+    run = eval_run(tmp_path / "r", [trajectory("t0", 1.0)])
+    summary = run / "summary.json"
+    summary.unlink()
+    client = served([run])
+    assert client.get("/api/runs/0").json()["live"]["going"] is True
+    summary.write_text(json.dumps(summarize([trajectory("t0", 1.0)], 1)))
+    assert client.get("/api/runs/0").json()["live"]["going"] is False
+
+
+def test_view_says_when_host_exposes_it_beyond_this_machine(tmp_path: Path) -> None:
+    run = eval_run(tmp_path / "r", [trajectory("t0", 1.0)])
+    command = [sys.executable, "-m", "agenthub", "view", str(run), "--no-browser"]
+    with subprocess.Popen(
+        [*command, "--host", "0.0.0.0"], stdout=subprocess.PIPE, text=True
+    ) as server:
+        assert server.stdout is not None
+        try:
+            warning, address = server.stdout.readline(), server.stdout.readline()
+        finally:
+            server.terminate()
+    assert warning.startswith("agenthub view: listening on 0.0.0.0:")
+    assert "anyone who can reach this machine" in warning
+    assert address.startswith("agenthub view: 1 run(s) at http://127.0.0.1:")
