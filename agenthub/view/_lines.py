@@ -43,6 +43,7 @@ class JsonLines(Generic[Row]):
         self._summarize = summarize
         self._lock = threading.Condition()
         self._offsets = array("Q")  # start of each good line
+        self._numbers = array("Q")  # and its line number in the file
         self._rows: list[Row] = []
         self._bad: list[Notice] = []
         self._scanned = 0  # bytes read so far: every line before it is indexed
@@ -113,14 +114,14 @@ class JsonLines(Generic[Row]):
     def line_number(self, index: int) -> int:
         """The 1-based line of the file that good line `index` is (for messages)."""
         with self._lock:
-            start = self._offsets[index]
-        return _count_lines(self.path, start) + 1
+            return self._numbers[index]
 
     # --- the scan
 
     def _reset(self, identity: tuple[int, int]) -> None:
         self._identity = identity
         self._offsets = array("Q")
+        self._numbers = array("Q")
         self._rows = []
         self._bad = []
         self._scanned = 0
@@ -138,6 +139,7 @@ class JsonLines(Generic[Row]):
                 with self._lock:
                     if row is not None:
                         self._offsets.append(offset)
+                        self._numbers.append(seen)
                         self._rows.append(row)
                     elif problem is not None:
                         self._bad.append(Notice(self.path.name, problem, seen))
@@ -172,12 +174,3 @@ def _complete_lines(file: Any, start: int) -> Iterator[tuple[int, bytes]]:
             offset += end + 1 - begin
             begin = end + 1
         pending = pending[begin:]
-
-
-def _count_lines(path: Path, end: int) -> int:
-    count = 0
-    with path.open("rb") as file:
-        while end > 0 and (chunk := file.read(min(_CHUNK, end))):
-            count += chunk.count(b"\n")
-            end -= len(chunk)
-    return count
