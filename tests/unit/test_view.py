@@ -297,3 +297,14 @@ def test_view_says_when_host_exposes_it_beyond_this_machine(tmp_path: Path) -> N
     assert warning.startswith("agenthub view: listening on 0.0.0.0:")
     assert "anyone who can reach this machine" in warning
     assert address.startswith("agenthub view: 1 run(s) at http://127.0.0.1:")
+
+
+def test_the_view_imports_no_heavy_library() -> None:
+    """A light install (no torch or transformers) serves the view; tokens then show as ids."""
+    heavy = ("torch", "vllm", "ray", "deepspeed", "transformers", "plotly")
+    code = (
+        "import sys, agenthub.view\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]", result.stderr
