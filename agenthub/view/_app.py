@@ -8,6 +8,7 @@ offline."""
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,12 @@ def create_app(
     chart = plotly_js()
     runs = [Run(i, Path(p)) for i, p in enumerate(paths)]
     tokenizers = TokenizerLookup(tokenizer)
+    # Importing transformers takes seconds: begun now, it is done when an episode is opened.
+    threading.Thread(
+        target=lambda: [tokenizers.find(r.directory, r.config()[0].get("model")) for r in runs],
+        name="agenthub-view-tokenizers",
+        daemon=True,
+    ).start()
 
     def run_of(request: Request) -> Run:
         run_id: int = request.path_params["run"]

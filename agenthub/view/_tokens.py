@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,7 @@ class TokenizerLookup:
     def __init__(self, override: Path | None = None) -> None:
         self.override = override
         self._loaded: dict[Path, ChatTokenizer] = {}
+        self._lock = threading.Lock()
 
     def find(self, run_dir: Path | None, model: str | None) -> tuple[ChatTokenizer | None, str]:
         """The tokenizer, or None and why not."""
@@ -137,6 +139,10 @@ class TokenizerLookup:
         )
 
     def _load(self, directory: Path) -> tuple[ChatTokenizer | None, str]:
+        with self._lock:  # once, also when a page asks while the preload is loading it
+            return self._load_once(directory)
+
+    def _load_once(self, directory: Path) -> tuple[ChatTokenizer | None, str]:
         if directory in self._loaded:
             return self._loaded[directory], ""
         try:

@@ -108,9 +108,10 @@ def view_url(eval_runs: list[Path], train_run: Path) -> Iterator[str]:
         [*command, "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as server:
         assert server.stdout is not None
-        line = server.stdout.readline()
-        found = re.search(r"http://127\.0\.0\.1:\d+/", line)
-        assert found, line
+        said = [server.stdout.readline() for _ in range(1)]
+        while not (found := re.search(r"http://127\.0\.0\.1:\d+/", said[-1])) and said[-1]:
+            said.append(server.stdout.readline())
+        assert found, "".join(said)
         try:
             yield found.group()
         finally:
@@ -157,7 +158,7 @@ def open_page(browser: Any, url: str) -> None:
 
     browser.get(url)
     hash_ = "#" + url.split("#", 1)[1] if "#" in url else ""
-    WebDriverWait(browser, 30).until(
+    WebDriverWait(browser, 90).until(
         lambda b: b.execute_script("return document.body.dataset.ready") == hash_
     )
     assert not browser.find_elements("css selector", "main > .error"), browser.page_source[:2000]
