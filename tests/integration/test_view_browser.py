@@ -108,7 +108,7 @@ def view_url(eval_runs: list[Path], train_run: Path) -> Iterator[str]:
         [*command, "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     ) as server:
         assert server.stdout is not None
-        said = [server.stdout.readline() for _ in range(1)]
+        said = [server.stdout.readline()]
         while not (found := re.search(r"http://127\.0\.0\.1:\d+/", said[-1])) and said[-1]:
             said.append(server.stdout.readline())
         assert found, "".join(said)
