@@ -61,7 +61,7 @@ class JsonLines(Generic[Row]):
                 return
             try:
                 stat = self.path.stat()
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # not written (yet)
                 return
             identity = (stat.st_dev, stat.st_ino)
             if identity != self._identity or stat.st_size < self._scanned:

@@ -308,3 +308,17 @@ def test_the_view_imports_no_heavy_library() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_a_file_saved_by_the_repl_is_a_run_of_its_own(tmp_path: Path) -> None:
+    saved = tmp_path / "saved.jsonl"
+    saved.write_text("".join(trajectory(f"t{i}", 1.0).model_dump_json() + "\n" for i in (0, 1)))
+    client = served([saved])
+    overview = client.get("/api/runs/0").json()
+    assert (overview["kind"], overview["name"], overview["env"]) == (
+        "saved",
+        "saved.jsonl",
+        "guess",
+    )
+    assert overview["episodes"]["count"] == 2 and overview["notices"] == []
+    assert client.get("/api/runs/0/episodes/1").json()["task_id"] == "t1"
