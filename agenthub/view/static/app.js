@@ -97,7 +97,7 @@ function runCard(run) {
 async function curvesPage(params) {
   const runs = await api("/api/runs");
   const wanted = params.get("runs") ? params.get("runs").split(",").map(Number) : runs.map((r) => r.id);
-  const data = await Promise.all(runs.map((r) => api(`/api/runs/${r.id}/curves`)));
+  let data = await Promise.all(runs.map((r) => api(`/api/runs/${r.id}/curves`)));
   const keys = [...new Set(data.flatMap((d) => Object.keys(d.series)))].sort();
   const chosenKeys = params.get("keys") ? params.get("keys").split(",")
     : keys.filter((k) => /reward/.test(k)).slice(0, 4);
@@ -121,9 +121,19 @@ async function curvesPage(params) {
     charts);
   document.querySelectorAll(".run-box, .key-box").forEach((b) => b.addEventListener("change", redraw));
   redraw();
+  if (runs.some((r) => r.live && r.live.going)) {
+    // A run going: new points every 10 s, keeping the zoom (plotly's uirevision).
+    const follow = async () => {
+      data = await Promise.all(runs.map((r) => api(`/api/runs/${r.id}/curves`)));
+      redraw();
+      refreshTimer = setTimeout(follow, 10000);
+    };
+    refreshTimer = setTimeout(follow, 10000);
+  }
 }
 
 function drawCharts(container, runData, keys) {
+  const existing = new Map([...container.querySelectorAll(".chart")].map((d) => [d.dataset.key, d]));
   container.replaceChildren();
   for (const key of keys) {
     const traces = runData.filter((d) => d.series[key]).map((d) => ({
@@ -131,11 +141,11 @@ function drawCharts(container, runData, keys) {
       mode: d.series[key].x.length > 400 ? "lines" : "lines+markers",
     }));
     if (!traces.length) continue;
-    const div = el("div", { class: "chart", "data-key": key });
+    const div = existing.get(key) || el("div", { class: "chart", "data-key": key });
     container.append(div);
     const xlabel = runData.find((d) => d.series[key]).series[key].xlabel;
-    Plotly.newPlot(div, traces, {
-      title: { text: key }, margin: { t: 40, r: 20, b: 45, l: 55 },
+    Plotly.react(div, traces, {
+      title: { text: key }, margin: { t: 40, r: 20, b: 45, l: 55 }, uirevision: key,
       xaxis: { title: { text: xlabel } }, hovermode: "closest", showlegend: true,
     }, { responsive: true, displaylogo: false });
   }
