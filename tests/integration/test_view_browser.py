@@ -173,7 +173,7 @@ def test_the_runs_page_shows_every_run_and_its_summary(
 ) -> None:
     open_page(browser, view_url + "#/")
     cards = browser.find_elements("css selector", ".card.run")
-    assert [c.find_element("css selector", "h3").text.split()[0] for c in cards] == [
+    assert [c.find_element("css selector", ".run-name").text for c in cards] == [
         "greedy",
         "sampled",
         "train",

@@ -8,6 +8,8 @@ const KINDS = {
   human: "typed (mask 0: not sampled, not trained on)",
 };
 let refreshTimer = null;
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+  "#7f7f7f", "#bcbd22", "#17becf"];
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -81,7 +83,8 @@ function runCard(run) {
     if (run.train.checkpoint) rows.push(["checkpoint", run.train.checkpoint.tag]);
   }
   return el("div", { class: "card run", "data-run": run.id },
-    el("h3", {}, run.name, el("span", { class: "badge" }, run.kind), live),
+    el("h3", {}, el("span", { class: "run-name" }, run.name), " ",
+      el("span", { class: "badge" }, run.kind), " ", live),
     notices(run.notices),
     el("table", { class: "run-facts" },
       rows.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { "data-key": k }, fmt(v))))),
@@ -138,6 +141,7 @@ function drawCharts(container, runData, keys) {
   for (const key of keys) {
     const traces = runData.filter((d) => d.series[key]).map((d) => ({
       x: d.series[key].x, y: d.series[key].y, name: d.name, type: "scatter",
+      line: { color: PALETTE[d.run % PALETTE.length] }, // one colour per run on every chart
       mode: d.series[key].x.length > 400 ? "lines" : "lines+markers",
     }));
     if (!traces.length) continue;
