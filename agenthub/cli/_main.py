@@ -18,6 +18,7 @@ from agenthub.cli._repl import add_arguments as repl_arguments
 from agenthub.cli._sandbox import add_parser as add_sandbox_parser
 from agenthub.cli._serve_rm import add_arguments as serve_rm_arguments
 from agenthub.cli._train import add_arguments as train_arguments
+from agenthub.cli._view import add_arguments as view_arguments
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -70,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         "agenthub.cli._repl:repl_command",
         repl_arguments,
         help="step through an environment by hand, as a person or with a model",
+    )
+    _add_command(
+        commands,
+        "view",
+        "agenthub.cli._view:view_command",
+        view_arguments,
+        help="look at runs in the browser: episodes, curves",
     )
     _add_command(
         commands,
