@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 
 from agenthub.sandbox._base import Sandbox
-from agenthub.sandbox._docker import IMAGE, DockerSandbox, check_image, connect
+from agenthub.sandbox._docker import IMAGE, DockerSandbox
+from agenthub.sandbox._docker_engine import check_image, connect
 from agenthub.sandbox._process import BwrapSandbox, UnisolatedSandbox, bwrap_problem
 from agenthub.sandbox._types import Limits, SandboxUnavailableError
 

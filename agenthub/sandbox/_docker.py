@@ -6,19 +6,17 @@ import atexit
 import base64
 import json
 import os
-import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import anyio.to_thread
 
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._common import (
-    SANDBOX_UID,
     RawOutcome,
     classify,
     engine_lost,
@@ -26,6 +24,16 @@ from agenthub.sandbox._common import (
     sandbox_error,
 )
 from agenthub.sandbox._docker_channel import Channel, encode_request
+from agenthub.sandbox._docker_engine import (
+    bounded,
+    check_image,
+    connect,
+    container_options,
+    force_remove,
+    owner,
+    remove_by_id,
+    remove_leftovers,
+)
 from agenthub.sandbox._types import (
     ExecResult,
     Limits,
@@ -38,10 +46,6 @@ __all__ = ["IMAGE", "DockerSandbox", "default_pool_size", "remove_leftovers"]
 
 IMAGE = "agenthub-sandbox:bookworm-py3-v1"
 """The tag `agenthub sandbox build-image` builds and the docker backend runs."""
-IMAGE_LABEL = "agenthub.sandbox.image"
-CONTAINER_LABEL = "agenthub.sandbox"
-OWNER_LABEL = "agenthub.sandbox.owner"
-BOX = "/box"
 # Beyond the program's own timeout: exec set-up, the supervisor's clean-up and the report.
 GRACE_S = 15.0
 # The engine's own bounds: each call of the pool's client (so that a hung engine frees the
@@ -53,7 +57,6 @@ CONNECT_S = 20.0
 CREATE_S = 60.0
 PING_S = 5.0
 RETRY_S = 1.0
-T = TypeVar("T")
 _RUNNER = (Path(__file__).parent / "_docker_runner.py").read_text(encoding="utf-8")
 
 
@@ -61,91 +64,6 @@ def default_pool_size() -> int:
     """One warm container per core, at least 2 and at most 8: programs are CPU-bound and
     short, so more containers than cores only adds memory."""
     return max(2, min(8, os.cpu_count() or 2))
-
-
-def _process_start(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _owner() -> str:
-    # Host, pid and the pid's start time: a recycled pid does not look like a live owner.
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start(os.getpid())}"
-
-
-def _owner_is_dead(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False  # another machine's container on a shared engine: not ours to judge
-    return _process_start(int(pid)) != started
-
-
-def remove_leftovers(client: Any) -> int:
-    """Remove sandbox containers whose owning process on this host is gone (a crashed run);
-    returns how many. Containers of live processes are left alone."""
-    removed = 0
-    # ignore_removed: containers remove themselves (auto_remove) between listing and inspecting.
-    listed = client.containers.list(
-        all=True, filters={"label": CONTAINER_LABEL}, ignore_removed=True
-    )
-    for container in listed:
-        owner = container.labels.get(OWNER_LABEL, "")
-        if _owner_is_dead(owner):
-            _force_remove(container)
-            removed += 1
-    return removed
-
-
-def _force_remove(container: Any) -> None:
-    """Kill and remove a container, done already if the engine's auto-removal got there first."""
-    import docker
-
-    try:
-        container.remove(force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if exc.status_code != 409:  # 409: its removal is already in progress
-            raise
-        # Wait for it (bounded), so that a removed container is gone for the caller too.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                container.reload()
-            except docker.errors.NotFound:
-                return
-            time.sleep(0.05)
-
-
-def connect(timeout_s: float = 600.0) -> Any:
-    """A docker client that answers, or `SandboxEngineError` saying why not."""
-    import docker
-
-    try:
-        client = docker.from_env(timeout=max(1, int(timeout_s)), max_pool_size=32)
-        client.ping()
-    except (docker.errors.DockerException, OSError) as exc:
-        raise SandboxEngineError(
-            f"the Docker engine does not answer ({exc}); start it (scripts/setup.sh starts "
-            "dockerd) or use the bwrap backend"
-        ) from exc
-    return client
-
-
-def check_image(client: Any, image: str) -> None:
-    import docker
-
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound as exc:
-        raise SandboxUnavailableError(
-            f"the sandbox image {image} is missing; build it with `agenthub sandbox build-image` "
-            "(scripts/setup.sh does this)"
-        ) from exc
 
 
 class DockerSandbox(Sandbox):
@@ -186,7 +104,7 @@ class DockerSandbox(Sandbox):
         self._retry_at = 0.0
         self._down = ""
         self._closed = False
-        self._owner = _owner()
+        self._owner = owner()
 
     async def start(self) -> None:
         """Connect, remove leftovers of crashed runs, and warm the pool. Raises
@@ -210,7 +128,7 @@ class DockerSandbox(Sandbox):
             if time.monotonic() < self._retry_at:
                 raise SandboxEngineError(self._down)
             try:
-                self._client = await _bounded(self._connect, CONNECT_S, "connect to it")
+                self._client = await bounded(self._connect, CONNECT_S, "connect to it")
             except SandboxEngineError as exc:
                 self._retry_at, self._down = time.monotonic() + RETRY_S, str(exc)
                 raise
@@ -228,7 +146,7 @@ class DockerSandbox(Sandbox):
         with self._live_lock:
             lost = [cid for cid, (gen, _) in self._live.items() if gen != self._generation]
         for cid in lost:  # containers of a lost connection, if the engine kept them
-            _remove_by_id(client, cid)
+            remove_by_id(client, cid)
             with self._live_lock:
                 self._live.pop(cid, None)
         return client
@@ -264,30 +182,10 @@ class DockerSandbox(Sandbox):
         client = self._client
         if client is None or generation != self._generation:
             raise SandboxEngineError(self._down or "the Docker engine was lost")
-        # Not detached, so the engine closes the supervisor's stdin when our attached socket
-        # closes (StdinOnce), even when this process is killed: the supervisor then exits and
-        # the engine removes the container (auto_remove) instead of leaving it to run.
         container = client.containers.create(
-            self.image,
-            command=["python3", "-I", "-S", "-c", _RUNNER],
-            detach=False,
-            stdin_open=True,
-            auto_remove=True,
-            labels={CONTAINER_LABEL: "1", OWNER_LABEL: self._owner},
-            network_mode="none",
-            read_only=True,
-            tmpfs={
-                BOX: f"rw,nosuid,nodev,size={limits.disk_mb}m,"
-                f"uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0700"
-            },
-            mem_limit=f"{limits.memory_mb + 64}m",  # + the supervisor's own share
-            memswap_limit=f"{limits.memory_mb + 64}m",
-            nano_cpus=int(limits.cpus * 1e9),
-            pids_limit=limits.pids + 4,  # + init, the supervisor and docker's exec shim
-            cap_drop=["ALL"],
-            cap_add=["SETUID", "SETGID", "KILL"],
-            security_opt=["no-new-privileges"],
-            hostname="sandbox",
+            **container_options(
+                self.image, ["python3", "-I", "-S", "-c", _RUNNER], limits, self._owner
+            )
         )
         with self._live_lock:
             self._live[container.id] = (generation, container)
@@ -304,7 +202,7 @@ class DockerSandbox(Sandbox):
 
     def _remove(self, channel: Channel) -> None:
         channel.close()  # first: the supervisor exits on it even if the engine is slow
-        _force_remove(channel.container)
+        force_remove(channel.container)
         with self._live_lock:
             self._live.pop(channel.id, None)
 
@@ -374,7 +272,7 @@ class DockerSandbox(Sandbox):
     async def _engine_answers(self) -> bool:
         # On a new connection: a stopping engine still answers on the ones it has open.
         try:
-            client = await _bounded(lambda: connect(PING_S), PING_S, "answer a ping")
+            client = await bounded(lambda: connect(PING_S), PING_S, "answer a ping")
         except SandboxEngineError:
             return False
         client.close()
@@ -474,7 +372,7 @@ class DockerSandbox(Sandbox):
             try:
                 if client is None:
                     break  # the engine is lost: its containers went with it, or end alone
-                _remove_by_id(client, container.id)
+                remove_by_id(client, container.id)
             except (docker.errors.DockerException, OSError):
                 continue  # at exit, with the engine gone: the next start removes them
             with self._live_lock:
@@ -486,24 +384,3 @@ class DockerSandbox(Sandbox):
         """How many containers this sandbox has running now (for tests and monitoring)."""
         with self._live_lock:
             return len(self._live)
-
-
-def _remove_by_id(client: Any, container_id: str) -> None:
-    import docker
-
-    try:
-        container = client.containers.get(container_id)
-    except docker.errors.NotFound:
-        return
-    _force_remove(container)
-
-
-async def _bounded(call: Callable[[], T], limit_s: float, what: str) -> T:
-    """`call()` in a thread, given up (not waited for) after `limit_s`."""
-    try:
-        with anyio.fail_after(limit_s):
-            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-    except TimeoutError as exc:
-        raise SandboxEngineError(
-            f"the Docker engine did not {what} within {limit_s:g} s (hung or restarting)"
-        ) from exc
