@@ -137,18 +137,21 @@ class DockerSandbox(Sandbox):
         import docker
 
         client = connect(API_TIMEOUT_S)
-        check_image(client, self.image)
         try:
+            check_image(client, self.image)
             remove_leftovers(client)
+            with self._live_lock:
+                lost = [cid for cid, (gen, _) in self._live.items() if gen != self._generation]
+            for cid in lost:  # containers of a lost connection, if the engine kept them
+                remove_by_id(client, cid)
+                with self._live_lock:
+                    self._live.pop(cid, None)
         except (docker.errors.DockerException, OSError) as exc:
             client.close()
-            raise SandboxEngineError(f"the Docker engine failed while listing: {exc}") from exc
-        with self._live_lock:
-            lost = [cid for cid, (gen, _) in self._live.items() if gen != self._generation]
-        for cid in lost:  # containers of a lost connection, if the engine kept them
-            remove_by_id(client, cid)
-            with self._live_lock:
-                self._live.pop(cid, None)
+            raise SandboxEngineError(f"the Docker engine failed while connecting: {exc}") from exc
+        except BaseException:
+            client.close()
+            raise
         return client
 
     async def _warm_one(self) -> None:
@@ -161,20 +164,27 @@ class DockerSandbox(Sandbox):
 
     async def _fresh(self) -> Channel:
         """A new container, within CREATE_S; one made after its run gave up joins the pool."""
-        abandoned = threading.Event()
         generation = self._generation
+        handed: list[Channel] = []
+        abandoned = False
+        lock = threading.Lock()
 
         def create() -> Channel:
             channel = self._create(generation)
-            if abandoned.is_set() and not self._closed:
-                self._idle.append(channel)
+            with lock:
+                if abandoned and not self._closed:
+                    self._idle.append(channel)
+                handed.append(channel)
             return channel
 
         try:
             with anyio.fail_after(CREATE_S):
                 return await anyio.to_thread.run_sync(create, abandon_on_cancel=True)
-        except TimeoutError:
-            abandoned.set()
+        except BaseException:
+            with lock:
+                abandoned = True
+                if not self._closed:
+                    self._idle.extend(handed)  # made just as the run gave up
             raise
 
     def _create(self, generation: int) -> Channel:
