@@ -128,7 +128,7 @@ class DockerSandbox(Sandbox):
             if time.monotonic() < self._retry_at:
                 raise SandboxEngineError(self._down)
             try:
-                self._client = await bounded(self._connect, CONNECT_S, "connect to it")
+                self._client = await bounded(self._connect, CONNECT_S, "answer a connection")
             except SandboxEngineError as exc:
                 self._retry_at, self._down = time.monotonic() + RETRY_S, str(exc)
                 raise

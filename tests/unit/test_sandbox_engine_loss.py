@@ -3,14 +3,18 @@ the pool they share carries on once the engine is back."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agenthub.sandbox import (
+    DockerSandbox,
     ExecResult,
     ExecStatus,
     FakeSandbox,
     SandboxUnavailableError,
     SharedSandbox,
+    _docker,
     _shared,
 )
 from agenthub.sandbox._fake import run_in_subprocess
@@ -61,3 +65,26 @@ def test_a_named_backend_that_does_not_work_is_not_remembered(
         SharedSandbox("docker")
     probes.docker = None
     assert SharedSandbox("docker").name == "docker" and probes.calls == 2
+
+
+async def test_a_hung_engine_costs_a_run_its_connect_bound_then_fails_fast(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A hung dockerd accepts and never answers: nothing may wait on it past its bound, and
+    # the runs right behind the first do not each wait again.
+    calls: list[float] = []
+
+    def hung_connect(timeout_s: float) -> None:
+        calls.append(timeout_s)
+        time.sleep(2)
+
+    monkeypatch.setattr(_docker, "connect", hung_connect)
+    monkeypatch.setattr(_docker, "CONNECT_S", 0.3)
+    sandbox = DockerSandbox(pool_size=1)
+    started = time.monotonic()
+    first = await sandbox.run("print(1)")
+    assert first.status is ExecStatus.ENGINE_LOST and time.monotonic() - started < 1.5
+    assert "Docker engine did not answer a connection within 0.3 s" in first.detail
+    second = await sandbox.run("print(2)")
+    assert second.status is ExecStatus.ENGINE_LOST and calls == [_docker.API_TIMEOUT_S]
+    await sandbox.aclose()
