@@ -81,9 +81,9 @@ class DockerSandbox(Sandbox):
 
     Engine loss: a run that finds the engine gone (stopped, restarting, hung past `PING_S`)
     returns `engine_lost`, and the pool drops its client and every container of that
-    connection. The next run connects again (a new client, new containers, the old ones
-    removed) once the engine answers; until then runs return `engine_lost` within
-    `CONNECT_S`. No docker call is waited on past its bound.
+    connection. Later runs connect again (a new client, new containers, the old ones
+    removed): each waits up to `CONNECT_S` for the engine to answer, trying every `RETRY_S`,
+    then returns `engine_lost`. No docker call is waited on past its bound.
     """
 
     name = "docker"
@@ -116,22 +116,34 @@ class DockerSandbox(Sandbox):
                 group.start_soon(self._warm_one)
 
     async def _connected(self) -> None:
+        """Connect if the pool has no connection, trying again every RETRY_S for CONNECT_S:
+        a restart's gap costs the runs it hit, not every run that arrives during it."""
         if self._closed:
             raise SandboxError("this DockerSandbox is closed; open a new one")
         if self._start_lock is None:
             self._start_lock = anyio.Lock()
             self._slots = anyio.Semaphore(self.pool_size)
             atexit.register(self._remove_all)
-        async with self._start_lock:
-            if self._client is not None:
-                return
-            if time.monotonic() < self._retry_at:
-                raise SandboxEngineError(self._down)
-            try:
-                self._client = await bounded(self._connect, CONNECT_S, "answer a connection")
-            except SandboxEngineError as exc:
-                self._retry_at, self._down = time.monotonic() + RETRY_S, str(exc)
-                raise
+        deadline = time.monotonic() + CONNECT_S
+        while True:
+            # A margin past the deadline: the connect attempt's own bound says why it failed.
+            with anyio.move_on_after(deadline - time.monotonic() + 0.5):
+                async with self._start_lock:
+                    if self._client is not None:
+                        return
+                    if time.monotonic() >= self._retry_at:
+                        await self._try_connect(max(0.1, deadline - time.monotonic()))
+                        if self._client is not None:
+                            return
+            if time.monotonic() + RETRY_S > deadline:
+                raise SandboxEngineError(self._down or "the Docker engine does not answer")
+            await anyio.sleep(RETRY_S)
+
+    async def _try_connect(self, limit_s: float) -> None:
+        try:
+            self._client = await bounded(self._connect, limit_s, "answer a connection")
+        except SandboxEngineError as exc:
+            self._retry_at, self._down = time.monotonic() + RETRY_S, str(exc)
 
     def _connect(self) -> Any:
         import docker

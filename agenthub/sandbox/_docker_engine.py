@@ -154,5 +154,5 @@ async def bounded(call: Callable[[], T], limit_s: float, what: str) -> T:
             return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
     except TimeoutError as exc:
         raise SandboxEngineError(
-            f"the Docker engine did not {what} within {limit_s:g} s (hung or restarting)"
+            f"the Docker engine did not {what} within {limit_s:.2g} s (hung or restarting)"
         ) from exc
