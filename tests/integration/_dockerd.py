@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 
 LOG = "/var/log/agenthub-dockerd.log"  # scripts/setup.sh's
 PID_FILES = ("/var/run/docker.pid", "/var/run/docker/containerd/containerd.pid")
@@ -48,18 +49,34 @@ def start(timeout_s: float = 60.0) -> None:
         for path in PID_FILES:
             with suppress(FileNotFoundError):
                 os.remove(path)
+        # As a session leader, setsid forks dockerd off and exits: dockerd is nobody's child
+        # here, as under setup.sh.
         subprocess.Popen(
             ["setsid", "sh", "-c", f"exec dockerd >{LOG} 2>&1"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-        )
+        ).wait(timeout=30)
     deadline = time.monotonic() + timeout_s
     while not answers():
         if time.monotonic() > deadline:
             raise AssertionError(f"dockerd does not answer {timeout_s} s after its start")
         time.sleep(0.5)
+
+
+def children(pid: int) -> list[str]:
+    """The live processes whose parent is `pid`, as their command lines."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, NotADirectoryError):
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if ppid == str(pid) and state != "Z":
+            found.append((entry / "cmdline").read_text().replace("\0", " "))
+    return found
 
 
 @contextmanager

@@ -99,6 +99,7 @@ async def test_runs_across_a_restart_get_engine_lost_then_new_containers(
     assert max(end - start for start, end, _ in results) < bound
     assert sandbox.live_containers() == 0
     assert containers_of(os.getpid()) == []
+    assert _dockerd.children(os.getpid()) == []
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +146,4 @@ async def test_code_exec_episodes_that_meet_a_restart_end_as_env_error(
     late = [t for at, t in finished if at > restart.back_at + 3]
     assert late and all(t.error is None for t in late), [t.error for t in late]
     assert containers_of(os.getpid()) == []
+    assert _dockerd.children(os.getpid()) == []
