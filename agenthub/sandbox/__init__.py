@@ -17,6 +17,7 @@ from agenthub.sandbox._types import (
     ExecResult,
     ExecStatus,
     Limits,
+    SandboxEngineError,
     SandboxError,
     SandboxUnavailableError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "FakeSandbox",
     "Limits",
     "Sandbox",
+    "SandboxEngineError",
     "SandboxError",
     "SandboxRequest",
     "SandboxUnavailableError",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 
 from agenthub.sandbox._base import Sandbox
-from agenthub.sandbox._docker import IMAGE, DockerSandbox, check_image, connect
+from agenthub.sandbox._docker import IMAGE, DockerSandbox
+from agenthub.sandbox._docker_engine import check_image, connect
 from agenthub.sandbox._process import BwrapSandbox, UnisolatedSandbox, bwrap_problem
 from agenthub.sandbox._types import Limits, SandboxUnavailableError
 
@@ -86,8 +87,22 @@ def open_sandbox(
     runs code unisolated: that backend must be named. `pool_size` is the docker pool's size
     or the number of concurrent bwrap processes (default: one per core, 2 to 8)."""
     name = resolve_backend(backend, image=image)
+    return open_backend(name, limits=limits, pool_size=pool_size, image=image)
+
+
+def open_backend(
+    name: str,
+    *,
+    limits: Limits | None = None,
+    pool_size: int | None = None,
+    image: str | None = None,
+) -> Sandbox:
+    """A new sandbox of a backend `resolve_backend` already chose, without probing it again: a
+    docker engine that is restarting now gives runs that return `engine_lost`, not an error."""
     if name == "docker":
         return DockerSandbox(image=image or IMAGE, pool_size=pool_size, limits=limits)
     if name == "bwrap":
         return BwrapSandbox(limits=limits, concurrency=pool_size)
-    return UnisolatedSandbox(limits=limits, concurrency=pool_size)
+    if name == "unisolated":
+        return UnisolatedSandbox(limits=limits, concurrency=pool_size)
+    raise ValueError(f"unknown sandbox backend {name!r}; choose one of {BACKENDS[1:]}")

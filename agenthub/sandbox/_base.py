@@ -23,8 +23,14 @@ class Sandbox(abc.ABC):
       or broken program, an unreachable engine, a dead container all come back as a status
       (`timeout`, `memory_limit`, `output_limit`, `killed`, `sandbox_error`, ...). It raises
       `SandboxError` only when used after `aclose`.
-    - Every run ends within `limits.timeout_s` plus a small margin, and leaves nothing running:
-      no process, no container beyond the backend's warm pool.
+    - The sandbox's own failures say nothing about the code (`ExecResult.sandbox_failed`):
+      `sandbox_error` for a broken part (a container gone, a supervisor that failed), and
+      `engine_lost` when the engine behind the backend (the Docker daemon) stopped answering
+      or restarted. After `engine_lost` the backend reconnects by itself: later runs succeed
+      on a new connection once the engine answers, with no new sandbox needed.
+    - Every run ends within `limits.timeout_s` plus a small margin, also on a dead or hung
+      engine (each call to it is bounded), and leaves nothing running: no process, no
+      container beyond the backend's warm pool.
     - `run` is cancellation-safe: cancelling it kills what it started before the cancellation
       propagates (in a shielded scope with its own timeout).
     - `run` may be called concurrently; a backend bounds how many programs run at once and

@@ -86,6 +86,10 @@ def sandbox_error(detail: str, duration_s: float = 0.0) -> ExecResult:
     return ExecResult(status=ExecStatus.SANDBOX_ERROR, detail=detail, duration_s=duration_s)
 
 
+def engine_lost(detail: str, duration_s: float = 0.0) -> ExecResult:
+    return ExecResult(status=ExecStatus.ENGINE_LOST, detail=detail, duration_s=duration_s)
+
+
 def needs_recycle(result: ExecResult) -> bool:
     """A run that hit a limit leaves its container suspect: replace it."""
     return result.status not in (ExecStatus.OK, ExecStatus.RUNTIME_ERROR)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import atexit
 import base64
-import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -19,25 +17,46 @@ import anyio.to_thread
 
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._common import (
-    SANDBOX_UID,
     RawOutcome,
     classify,
+    engine_lost,
     needs_recycle,
-    request_files,
     sandbox_error,
 )
-from agenthub.sandbox._types import ExecResult, Limits, SandboxError, SandboxUnavailableError
+from agenthub.sandbox._docker_channel import Channel, encode_request
+from agenthub.sandbox._docker_engine import (
+    bounded,
+    check_image,
+    connect,
+    container_options,
+    force_remove,
+    owner,
+    remove_by_id,
+    remove_leftovers,
+)
+from agenthub.sandbox._types import (
+    ExecResult,
+    Limits,
+    SandboxEngineError,
+    SandboxError,
+    SandboxUnavailableError,
+)
 
 __all__ = ["IMAGE", "DockerSandbox", "default_pool_size", "remove_leftovers"]
 
 IMAGE = "agenthub-sandbox:bookworm-py3-v1"
 """The tag `agenthub sandbox build-image` builds and the docker backend runs."""
-IMAGE_LABEL = "agenthub.sandbox.image"
-CONTAINER_LABEL = "agenthub.sandbox"
-OWNER_LABEL = "agenthub.sandbox.owner"
-BOX = "/box"
 # Beyond the program's own timeout: exec set-up, the supervisor's clean-up and the report.
 GRACE_S = 15.0
+# The engine's own bounds: each call of the pool's client (so that a hung engine frees the
+# threads waiting on it), a run's wait to (re)connect, to get a new container, and the ping
+# that tells a lost engine from a broken container. After a failed connect, runs answer
+# `engine_lost` at once for RETRY_S instead of each asking a dead engine again.
+API_TIMEOUT_S = 30.0
+CONNECT_S = 20.0
+CREATE_S = 60.0
+PING_S = 5.0
+RETRY_S = 1.0
 _RUNNER = (Path(__file__).parent / "_docker_runner.py").read_text(encoding="utf-8")
 
 
@@ -45,91 +64,6 @@ def default_pool_size() -> int:
     """One warm container per core, at least 2 and at most 8: programs are CPU-bound and
     short, so more containers than cores only adds memory."""
     return max(2, min(8, os.cpu_count() or 2))
-
-
-def _process_start(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def _owner() -> str:
-    # Host, pid and the pid's start time: a recycled pid does not look like a live owner.
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start(os.getpid())}"
-
-
-def _owner_is_dead(owner: str) -> bool:
-    host, _, rest = owner.partition(":")
-    pid, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False  # another machine's container on a shared engine: not ours to judge
-    return _process_start(int(pid)) != started
-
-
-def remove_leftovers(client: Any) -> int:
-    """Remove sandbox containers whose owning process on this host is gone (a crashed run);
-    returns how many. Containers of live processes are left alone."""
-    removed = 0
-    # ignore_removed: containers remove themselves (auto_remove) between listing and inspecting.
-    listed = client.containers.list(
-        all=True, filters={"label": CONTAINER_LABEL}, ignore_removed=True
-    )
-    for container in listed:
-        owner = container.labels.get(OWNER_LABEL, "")
-        if _owner_is_dead(owner):
-            _force_remove(container)
-            removed += 1
-    return removed
-
-
-def _force_remove(container: Any) -> None:
-    """Kill and remove a container, done already if the engine's auto-removal got there first."""
-    import docker
-
-    try:
-        container.remove(force=True)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        if exc.status_code != 409:  # 409: its removal is already in progress
-            raise
-        # Wait for it (bounded), so that a removed container is gone for the caller too.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                container.reload()
-            except docker.errors.NotFound:
-                return
-            time.sleep(0.05)
-
-
-def connect(timeout_s: float = 600.0) -> Any:
-    """A docker client that answers, or `SandboxUnavailableError` saying why not."""
-    import docker
-
-    try:
-        client = docker.from_env(timeout=int(timeout_s), max_pool_size=32)
-        client.ping()
-    except (docker.errors.DockerException, OSError) as exc:
-        raise SandboxUnavailableError(
-            f"the Docker engine does not answer ({exc}); start it (scripts/setup.sh starts "
-            "dockerd) or use the bwrap backend"
-        ) from exc
-    return client
-
-
-def check_image(client: Any, image: str) -> None:
-    import docker
-
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound as exc:
-        raise SandboxUnavailableError(
-            f"the sandbox image {image} is missing; build it with `agenthub sandbox build-image` "
-            "(scripts/setup.sh does this)"
-        ) from exc
 
 
 class DockerSandbox(Sandbox):
@@ -141,8 +75,15 @@ class DockerSandbox(Sandbox):
     container enforces the run's timeout with a hard kill. A container whose run hit a limit,
     left processes behind or failed in any way is removed and replaced, never reused.
 
-    The pool starts on the first `run` (or `await start()`), which also removes containers
-    left by crashed processes on this host (found by label).
+    The pool connects on the first `run` (or `await start()`, which also warms it), removing
+    containers left by crashed processes on this host (found by label); containers are made
+    as runs need them, up to `pool_size`.
+
+    Engine loss: a run that finds the engine gone (stopped, restarting, hung past `PING_S`)
+    returns `engine_lost`, and the pool drops its client and every container of that
+    connection. Later runs connect again (a new client, new containers, the old ones
+    removed): each waits up to `CONNECT_S` for the engine to answer, trying every `RETRY_S`,
+    then returns `engine_lost`. No docker call is waited on past its bound.
     """
 
     name = "docker"
@@ -154,73 +95,124 @@ class DockerSandbox(Sandbox):
         self.pool_size = pool_size or default_pool_size()
         self.limits = limits or Limits()
         self._client: Any = None
-        self._idle: list[Any] = []
-        self._live: dict[str, Any] = {}
+        self._generation = 0
+        self._idle: list[Channel] = []
+        self._live: dict[str, tuple[int, Any]] = {}
         self._live_lock = threading.Lock()
         self._slots: anyio.Semaphore | None = None
         self._start_lock: anyio.Lock | None = None
-        self._started = False
+        self._retry_at = 0.0
+        self._down = ""
         self._closed = False
-        self._owner = _owner()
+        self._owner = owner()
 
     async def start(self) -> None:
         """Connect, remove leftovers of crashed runs, and warm the pool. Raises
-        `SandboxUnavailableError` if the engine or the image is missing."""
+        `SandboxEngineError` if the engine does not answer, `SandboxUnavailableError` if the
+        image is missing."""
+        await self._connected()
+        async with anyio.create_task_group() as group:
+            for _ in range(self.pool_size - len(self._idle)):
+                group.start_soon(self._warm_one)
+
+    async def _connected(self) -> None:
+        """Connect if the pool has no connection, trying again every RETRY_S for CONNECT_S:
+        a restart's gap costs the runs it hit, not every run that arrives during it."""
         if self._closed:
             raise SandboxError("this DockerSandbox is closed; open a new one")
         if self._start_lock is None:
             self._start_lock = anyio.Lock()
-        async with self._start_lock:
-            if self._started:
-                return
-            self._client = await anyio.to_thread.run_sync(self._connect)
             self._slots = anyio.Semaphore(self.pool_size)
             atexit.register(self._remove_all)
-            async with anyio.create_task_group() as group:
-                for _ in range(self.pool_size):
-                    group.start_soon(self._warm_one)
-            self._started = True
+        deadline = time.monotonic() + CONNECT_S
+        while True:
+            # A margin past the deadline: the connect attempt's own bound says why it failed.
+            with anyio.move_on_after(deadline - time.monotonic() + 0.5):
+                async with self._start_lock:
+                    if self._client is not None:
+                        return
+                    if time.monotonic() >= self._retry_at:
+                        await self._try_connect(max(0.1, deadline - time.monotonic()))
+                        if self._client is not None:
+                            return
+            if time.monotonic() + RETRY_S > deadline:
+                raise SandboxEngineError(self._down or "the Docker engine does not answer")
+            await anyio.sleep(RETRY_S)
+
+    async def _try_connect(self, limit_s: float) -> None:
+        try:
+            self._client = await bounded(self._connect, limit_s, "answer a connection")
+        except SandboxEngineError as exc:
+            self._retry_at, self._down = time.monotonic() + RETRY_S, str(exc)
 
     def _connect(self) -> Any:
-        client = connect()
-        check_image(client, self.image)
-        remove_leftovers(client)
+        import docker
+
+        client = connect(API_TIMEOUT_S)
+        try:
+            check_image(client, self.image)
+            remove_leftovers(client)
+            with self._live_lock:
+                lost = [cid for cid, (gen, _) in self._live.items() if gen != self._generation]
+            for cid in lost:  # containers of a lost connection, if the engine kept them
+                remove_by_id(client, cid)
+                with self._live_lock:
+                    self._live.pop(cid, None)
+        except (docker.errors.DockerException, OSError) as exc:
+            client.close()
+            raise SandboxEngineError(f"the Docker engine failed while connecting: {exc}") from exc
+        except BaseException:
+            client.close()
+            raise
         return client
 
     async def _warm_one(self) -> None:
-        self._idle.append(await anyio.to_thread.run_sync(self._create))
+        import docker
 
-    def _create(self) -> Any:
+        try:
+            self._idle.append(await self._fresh())
+        except (SandboxError, docker.errors.DockerException, OSError):
+            return  # a run makes it when it needs it
+
+    async def _fresh(self) -> Channel:
+        """A new container, within CREATE_S; one made after its run gave up joins the pool."""
+        generation = self._generation
+        handed: list[Channel] = []
+        abandoned = False
+        lock = threading.Lock()
+
+        def create() -> Channel:
+            channel = self._create(generation)
+            with lock:
+                if abandoned and not self._closed:
+                    self._idle.append(channel)
+                handed.append(channel)
+            return channel
+
+        try:
+            with anyio.fail_after(CREATE_S):
+                return await anyio.to_thread.run_sync(create, abandon_on_cancel=True)
+        except BaseException:
+            with lock:
+                abandoned = True
+                if not self._closed:
+                    self._idle.extend(handed)  # made just as the run gave up
+            raise
+
+    def _create(self, generation: int) -> Channel:
         limits = self.limits
-        # Not detached, so the engine closes the supervisor's stdin when our attached socket
-        # closes (StdinOnce), even when this process is killed: the supervisor then exits and
-        # the engine removes the container (auto_remove) instead of leaving it to run.
-        container = self._client.containers.create(
-            self.image,
-            command=["python3", "-I", "-S", "-c", _RUNNER],
-            detach=False,
-            stdin_open=True,
-            auto_remove=True,
-            labels={CONTAINER_LABEL: "1", OWNER_LABEL: self._owner},
-            network_mode="none",
-            read_only=True,
-            tmpfs={
-                BOX: f"rw,nosuid,nodev,size={limits.disk_mb}m,"
-                f"uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0700"
-            },
-            mem_limit=f"{limits.memory_mb + 64}m",  # + the supervisor's own share
-            memswap_limit=f"{limits.memory_mb + 64}m",
-            nano_cpus=int(limits.cpus * 1e9),
-            pids_limit=limits.pids + 4,  # + init, the supervisor and docker's exec shim
-            cap_drop=["ALL"],
-            cap_add=["SETUID", "SETGID", "KILL"],
-            security_opt=["no-new-privileges"],
-            hostname="sandbox",
+        client = self._client
+        if client is None or generation != self._generation:
+            raise SandboxEngineError(self._down or "the Docker engine was lost")
+        container = client.containers.create(
+            **container_options(
+                self.image, ["python3", "-I", "-S", "-c", _RUNNER], limits, self._owner
+            )
         )
         with self._live_lock:
-            self._live[container.id] = container
+            self._live[container.id] = (generation, container)
         # Attached before it starts, so no moment of its life runs without an owner's socket.
-        channel = _Channel(container, self._client.api)
+        channel = Channel(container, client.api, generation)
         try:
             container.start()
         except BaseException:
@@ -230,15 +222,11 @@ class DockerSandbox(Sandbox):
             self._remove(channel)
         return channel
 
-    def _remove(self, container: Any) -> None:
-        channel = None
-        if isinstance(container, _Channel):
-            channel, container = container, container.container
-        _force_remove(container)
-        if channel is not None:
-            channel.close()
+    def _remove(self, channel: Channel) -> None:
+        channel.close()  # first: the supervisor exits on it even if the engine is slow
+        force_remove(channel.container)
         with self._live_lock:
-            self._live.pop(container.id, None)
+            self._live.pop(channel.id, None)
 
     async def run(
         self,
@@ -248,43 +236,110 @@ class DockerSandbox(Sandbox):
         files: Mapping[str, str | bytes] | None = None,
         limits: Limits | None = None,
     ) -> ExecResult:
-        payload = _encode_request(code, stdin, files, limits or self.limits)
+        limits = limits or self.limits
+        payload = encode_request(code, stdin, files, limits)
         try:
-            await self.start()
+            await self._connected()
+        except SandboxEngineError as exc:
+            return engine_lost(str(exc))
         except SandboxUnavailableError as exc:
             return sandbox_error(str(exc))
         assert self._slots is not None
         async with self._slots:
             if self._closed:
                 raise SandboxError("this DockerSandbox was closed while the run waited")
-            container = self._idle.pop() if self._idle else await self._spare()
-            if container is None:
-                return sandbox_error("could not start a sandbox container")
             try:
-                result, recycle = await self._exec(container, payload, limits or self.limits)
+                channel = await self._checkout()
+            except SandboxEngineError as exc:
+                return engine_lost(str(exc))
+            except SandboxError as exc:
+                return sandbox_error(str(exc))
+            try:
+                result, recycle = await self._exec(channel, payload, limits)
+                if result.sandbox_failed:
+                    result = await self._blame(channel, result)
             except BaseException:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(GRACE_S):
-                    await anyio.to_thread.run_sync(self._remove, container)
+                with anyio.CancelScope(shield=True):
+                    await self._discard(channel)
                 raise
-            if recycle:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(GRACE_S):
-                    await anyio.to_thread.run_sync(self._remove, container)
-                    if not self._closed and (fresh := await self._spare()) is not None:
-                        self._idle.append(fresh)
-            else:
-                self._idle.append(container)
+            with anyio.CancelScope(shield=True):
+                await self._give_back(channel, recycle)
             return result
 
-    async def _spare(self) -> Any:
+    async def _checkout(self) -> Channel:
+        """An idle container of the current connection whose supervisor still listens, else a
+        new one. Raises `SandboxEngineError` when the engine is gone."""
+        while self._idle:
+            channel = self._idle.pop()
+            if channel.generation == self._generation and channel.alive():
+                return channel
+            await self._discard(channel)
         import docker
 
         try:
-            return await anyio.to_thread.run_sync(self._create)
-        except (docker.errors.DockerException, OSError):
-            return None
+            return await self._fresh()
+        except (docker.errors.DockerException, OSError, TimeoutError) as exc:
+            if not await self._engine_answers():
+                raise SandboxEngineError(self._lose_engine(f"making a container: {exc}")) from exc
+            raise SandboxError(f"could not start a sandbox container: {exc}") from exc
+
+    async def _blame(self, channel: Channel, result: ExecResult) -> ExecResult:
+        """A run the sandbox failed: the engine's loss, or this container's own failure."""
+        if channel.generation != self._generation:
+            return engine_lost(self._down, result.duration_s)
+        if await self._engine_answers():
+            return result
+        return engine_lost(self._lose_engine(result.detail), result.duration_s)
+
+    async def _engine_answers(self) -> bool:
+        # On a new connection: a stopping engine still answers on the ones it has open.
+        try:
+            client = await bounded(lambda: connect(PING_S), PING_S, "answer a ping")
+        except SandboxEngineError:
+            return False
+        client.close()
+        return True
+
+    def _lose_engine(self, why: str) -> str:
+        """Drop the connection and its containers (their sockets close now; the next connect
+        removes what the engine kept); returns what runs that meet it are told."""
+        if self._client is not None:
+            self._down = (
+                f"the Docker engine stopped answering or restarted ({why}); the sandbox "
+                "reconnects once it answers again"
+            )
+            self._generation += 1
+            client, self._client = self._client, None
+            idle, self._idle = self._idle, []
+            for channel in idle:
+                channel.close()
+            client.close()
+        return self._down
+
+    async def _give_back(self, channel: Channel, recycle: bool) -> None:
+        if channel.generation != self._generation:
+            channel.close()
+        elif not recycle:
+            self._idle.append(channel)
+        else:
+            await self._discard(channel)
+
+    async def _discard(self, channel: Channel) -> None:
+        """Remove a container, within GRACE_S (a hung engine removes it when its socket's
+        closing reaches it); a container of a lost connection only has its socket closed."""
+        import docker
+
+        if channel.generation != self._generation:
+            channel.close()
+            return
+        with anyio.move_on_after(GRACE_S):
+            try:
+                await anyio.to_thread.run_sync(self._remove, channel, abandon_on_cancel=True)
+            except (docker.errors.DockerException, OSError):
+                channel.close()
 
     async def _exec(
-        self, channel: _Channel, payload: bytes, limits: Limits
+        self, channel: Channel, payload: bytes, limits: Limits
     ) -> tuple[ExecResult, bool]:
         import docker
 
@@ -321,87 +376,33 @@ class DockerSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._remove_all)
-        atexit.unregister(self._remove_all)
+        for channel in self._idle:
+            channel.close()  # at once: each container ends by itself even if removal times out
         self._idle.clear()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(GRACE_S + API_TIMEOUT_S):
+            await anyio.to_thread.run_sync(self._remove_all, abandon_on_cancel=True)
+        atexit.unregister(self._remove_all)
 
     def _remove_all(self) -> None:
         import docker
 
         self._closed = True
+        client = self._client
         with self._live_lock:
-            containers = list(self._live.values())
+            containers = [c for _, c in self._live.values()]
         for container in containers:
             try:
-                self._remove(container)
+                if client is None:
+                    break  # the engine is lost: its containers went with it, or end alone
+                remove_by_id(client, container.id)
             except (docker.errors.DockerException, OSError):
                 continue  # at exit, with the engine gone: the next start removes them
-        if self._client is not None:
-            self._client.close()
+            with self._live_lock:
+                self._live.pop(container.id, None)
+        if client is not None:
+            client.close()
 
     def live_containers(self) -> int:
         """How many containers this sandbox has running now (for tests and monitoring)."""
         with self._live_lock:
             return len(self._live)
-
-
-class _Channel:
-    """A pool container and the socket attached to its supervisor's stdin and stdout.
-
-    Requests go in as JSON lines; the answers come back in docker's multiplexed stream
-    format (an 8-byte header per frame: stream id, then the payload size)."""
-
-    def __init__(self, container: Any, api: Any) -> None:
-        self.container = container
-        self.id = container.id
-        response = api.attach_socket(
-            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-        )
-        self._socket: socket.socket = response._sock
-        self._pending = b""
-
-    def call(self, request: bytes, timeout_s: float) -> bytes:
-        """Send one request and return the supervisor's one-line answer (blocking)."""
-        self._socket.settimeout(timeout_s)
-        self._socket.sendall(request)
-        line = bytearray()
-        while not line.endswith(b"\n"):
-            stream, payload = self._frame()
-            if stream == 1:
-                line += payload
-        return bytes(line)
-
-    def _frame(self) -> tuple[int, bytes]:
-        header = self._read(8)
-        return header[0], self._read(int.from_bytes(header[4:8], "big"))
-
-    def _read(self, n: int) -> bytes:
-        while len(self._pending) < n:
-            chunk = self._socket.recv(max(65536, n))
-            if not chunk:
-                raise EOFError("the sandbox container's supervisor exited")
-            self._pending += chunk
-        data, self._pending = self._pending[:n], self._pending[n:]
-        return data
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._socket.close()
-
-
-def _encode_request(
-    code: str, stdin: str | bytes, files: Mapping[str, str | bytes] | None, limits: Limits
-) -> bytes:
-    encoded = {
-        name: base64.b64encode(data).decode() for name, data in request_files(code, files).items()
-    }
-    stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
-    request = {
-        "files": encoded,
-        "stdin": base64.b64encode(stdin_bytes).decode(),
-        "timeout_s": limits.timeout_s,
-        "memory_mb": limits.memory_mb,
-        "cap": limits.output_bytes,
-    }
-    return json.dumps(request).encode() + b"\n"

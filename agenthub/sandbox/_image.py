@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agenthub.sandbox._docker import IMAGE, IMAGE_LABEL, connect
+from agenthub.sandbox._docker import IMAGE
+from agenthub.sandbox._docker_engine import IMAGE_LABEL, connect
 from agenthub.sandbox._types import SandboxError
 
 __all__ = ["build_image", "image_exists"]

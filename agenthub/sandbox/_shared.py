@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import anyio
 from anyio.lowlevel import RunVar
 
-from agenthub.sandbox._auto import forget_backend, open_sandbox, resolve_backend
+from agenthub.sandbox._auto import forget_backend, open_backend, resolve_backend
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._types import ExecResult, ExecStatus, Limits, SandboxError
 
@@ -24,6 +25,18 @@ class _Entry:
 
 
 _shared: RunVar[dict[_Key, _Entry]] = RunVar("agenthub_shared_sandboxes")
+# Backends named by handles (not `auto`, which `resolve_backend` remembers) that worked.
+_named: dict[tuple[str, str | None], str] = {}
+_named_lock = threading.Lock()
+
+
+def _resolve(backend: str, image: str | None) -> str:
+    if backend == "auto":
+        return resolve_backend(backend, image=image)
+    with _named_lock:
+        if (backend, image) not in _named:
+            _named[backend, image] = resolve_backend(backend, image=image)
+        return _named[backend, image]
 
 
 class SharedSandbox(Sandbox):
@@ -32,10 +45,13 @@ class SharedSandbox(Sandbox):
     Environments run one instance per concurrent episode; each holds a handle, and all of them
     draw from one warm pool sized for the machine (`pool_size`, by default one container per
     core) instead of one pool each. The backend is resolved when the handle is made, so a
-    machine without any sandbox fails loudly at construction; `auto` is resolved once per
-    process, and again after a run of its choice failed with `sandbox_error` (a Docker engine
-    gone mid-run: later handles get bwrap). The shared sandbox starts on the first `run` and
-    closes when the last handle using it is closed.
+    machine without any sandbox fails loudly at construction; each backend is resolved once
+    per process (handles are made per episode, and a probe of a hung engine blocks for its
+    timeout), `auto` again after a run of its choice failed with `sandbox_error`. A run that
+    returns `engine_lost` (the Docker engine restarted or hung) changes no choice: the pool
+    reconnects to the engine by itself, and a run made while it is gone returns
+    `engine_lost` too instead of a handle failing to be made. The shared sandbox starts on
+    the first `run` and closes when the last handle using it is closed.
     """
 
     def __init__(
@@ -46,7 +62,7 @@ class SharedSandbox(Sandbox):
         pool_size: int | None = None,
         image: str | None = None,
     ) -> None:
-        self.name = resolve_backend(backend, image=image)
+        self.name = _resolve(backend, image)
         self._auto = backend == "auto"
         self.limits = limits or Limits()
         self._key: _Key = (self.name, self.limits, pool_size, image)
@@ -65,7 +81,7 @@ class SharedSandbox(Sandbox):
             entry = table.get(self._key)
             if entry is None:
                 name, limits, pool_size, image = self._key
-                entry = _Entry(open_sandbox(name, limits=limits, pool_size=pool_size, image=image))
+                entry = _Entry(open_backend(name, limits=limits, pool_size=pool_size, image=image))
                 table[self._key] = entry
             entry.users += 1
             self._entry = entry

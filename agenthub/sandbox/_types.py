@@ -12,6 +12,7 @@ __all__ = [
     "ExecResult",
     "ExecStatus",
     "Limits",
+    "SandboxEngineError",
     "SandboxError",
     "SandboxUnavailableError",
 ]
@@ -36,7 +37,13 @@ class ExecStatus(str, enum.Enum):
     KILLED = "killed"
     """The program died from a signal nobody in the sandbox sent on purpose (SIGSEGV, kill -9)."""
     SANDBOX_ERROR = "sandbox_error"
-    """The sandbox itself failed (engine unreachable, container gone); the code may not have run."""
+    """The sandbox itself failed (a container gone, a supervisor that broke); the code may not
+    have run."""
+    ENGINE_LOST = "engine_lost"
+    """The sandbox's engine (the Docker daemon) stopped answering, or restarted, before the run
+    could finish: the code may not have run and its outcome is unknown. Not the code's doing;
+    the backend reconnects (a new client, new containers) on a later run once the engine
+    answers again."""
 
     def __str__(self) -> str:
         return self.value
@@ -72,7 +79,8 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class ExecResult:
     """The outcome of one run. Failures of the code, and of the sandbox, are values here: `run`
-    raises only for misuse (a closed sandbox) or cancellation."""
+    raises only for misuse (a closed sandbox) or cancellation. `sandbox_failed` tells the
+    sandbox's failures (`sandbox_error`, `engine_lost`) from the code's."""
 
     status: ExecStatus
     exit_code: int | None = None
@@ -84,11 +92,17 @@ class ExecResult:
     """True when stdout or stderr was cut at the cap."""
     duration_s: float = 0.0
     detail: str = field(default="")
-    """Why the sandbox failed, for `sandbox_error`; empty otherwise."""
+    """Why the sandbox failed, for `sandbox_error` and `engine_lost`; empty otherwise."""
 
     @property
     def ok(self) -> bool:
         return self.status is ExecStatus.OK
+
+    @property
+    def sandbox_failed(self) -> bool:
+        """The sandbox, not the code, decided this outcome (`sandbox_error`, `engine_lost`):
+        it says nothing about the code."""
+        return self.status in (ExecStatus.SANDBOX_ERROR, ExecStatus.ENGINE_LOST)
 
 
 class SandboxError(AgentHubError):
@@ -98,3 +112,8 @@ class SandboxError(AgentHubError):
 
 class SandboxUnavailableError(SandboxError):
     """No isolating backend works on this machine (no Docker engine or image, no bubblewrap)."""
+
+
+class SandboxEngineError(SandboxUnavailableError):
+    """The sandbox's engine (the Docker daemon) does not answer: not running, restarting or
+    hung. `connect` raises it; a caller raises it on an `engine_lost` result."""

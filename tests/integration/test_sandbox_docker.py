@@ -19,7 +19,7 @@ import anyio.to_thread
 import pytest
 
 from agenthub.sandbox import DockerSandbox, ExecStatus, Limits
-from agenthub.sandbox._docker import CONTAINER_LABEL, OWNER_LABEL, connect
+from agenthub.sandbox._docker_engine import CONTAINER_LABEL, OWNER_LABEL, connect
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
@@ -165,10 +165,10 @@ NEVER_STARTED = textwrap.dedent(
     """
     import sys
     from agenthub.sandbox import IMAGE
-    from agenthub.sandbox._docker import CONTAINER_LABEL, OWNER_LABEL, _owner, connect
+    from agenthub.sandbox._docker_engine import CONTAINER_LABEL, OWNER_LABEL, connect, owner
 
     # What an owner killed between creating a container and attaching to it leaves behind.
-    labels = {CONTAINER_LABEL: "1", OWNER_LABEL: _owner()}
+    labels = {CONTAINER_LABEL: "1", OWNER_LABEL: owner()}
     container = connect().containers.create(IMAGE, command=["true"], labels=labels)
     print(container.id, flush=True)
     """

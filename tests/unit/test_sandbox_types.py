@@ -148,7 +148,7 @@ def test_auto_probes_docker_once_per_process(monkeypatch: pytest.MonkeyPatch) ->
 async def test_auto_chooses_again_after_its_choice_failed(monkeypatch: pytest.MonkeyPatch) -> None:
     probes = Probes(monkeypatch)
     gone = ExecResult(ExecStatus.SANDBOX_ERROR, detail="the Docker engine does not answer")
-    monkeypatch.setattr(_shared, "open_sandbox", lambda *a, **k: FakeSandbox(lambda r: gone))
+    monkeypatch.setattr(_shared, "open_backend", lambda *a, **k: FakeSandbox(lambda r: gone))
     handle = SharedSandbox("auto")
     assert handle.name == "docker" and probes.calls == 1
     probes.docker = "the Docker engine does not answer"

@@ -19,7 +19,15 @@ from agenthub.envs.code_exec._harness import (
     parse_spec,
     read_report,
 )
-from agenthub.sandbox import ExecStatus, Limits, Sandbox, SandboxError, SharedSandbox
+from agenthub.sandbox import (
+    ExecResult,
+    ExecStatus,
+    Limits,
+    Sandbox,
+    SandboxEngineError,
+    SandboxError,
+    SharedSandbox,
+)
 
 
 class CodeExecEnv(Env[list[Message]]):
@@ -31,8 +39,10 @@ class CodeExecEnv(Env[list[Message]]):
     last step, is the fraction of tests the final attempt passed (`all_or_nothing=True`: 1 if
     all passed, else 0); `score` is 1 if all passed, for pass@k and filtering. What the code
     does (a crash, a timeout, a memory or output limit) is the model's and scores; the sandbox
-    itself failing (`sandbox_error`: engine gone, container killed) raises `SandboxError`, so
-    the episode is recorded as failed instead of trained on as a zero.
+    itself failing raises, so the episode is recorded as failed (`env_error`) instead of
+    trained on as a zero: `SandboxEngineError` when the Docker engine stopped answering or
+    restarted (`engine_lost`; the pool reconnects by itself for later episodes),
+    `SandboxError` for any other `sandbox_error` (a container killed).
 
     Tasks: `dataset` (split `train`) and `eval_dataset` (`held_out`) JSONL files in MBPP,
     HumanEval or agenthub format (`task_format`), else the built-in procedural generator
@@ -132,14 +142,24 @@ class CodeExecEnv(Env[list[Message]]):
             files=program.files,
             limits=Limits(timeout_s=budget, memory_mb=self.limits.memory_mb),
         )
-        if result.status is ExecStatus.SANDBOX_ERROR:
+        if result.sandbox_failed:
             # The code may not have run: a reward or feedback would blame the model for it.
-            raise SandboxError(
-                f"the {self.sandbox.name} sandbox failed, so the code was not tested (not the "
-                f"model's fault): {result.detail}. Check that the sandbox backend works "
-                "(`agenthub sandbox run`)"
-            )
+            raise self._sandbox_failure(result)
         return read_report(spec, program, result)
+
+    def _sandbox_failure(self, result: ExecResult) -> SandboxError:
+        if result.status is ExecStatus.ENGINE_LOST:
+            return SandboxEngineError(
+                "the Docker engine was lost during this episode, so the code was not tested "
+                f"(not the model's fault): {result.detail}. Later episodes reconnect by "
+                "themselves once the engine answers; if they keep failing, check that dockerd "
+                "runs and answers (`docker info`; scripts/setup.sh starts it)"
+            )
+        return SandboxError(
+            f"the {self.sandbox.name} sandbox failed, so the code was not tested (not the "
+            f"model's fault): {result.detail}. Check that the sandbox backend works "
+            "(`agenthub sandbox run`)"
+        )
 
     def _feedback(self, report: TestReport) -> str:
         left = self.max_turns - self._turn

@@ -158,7 +158,8 @@ def no_code_report(spec: FunctionTests | IOTests) -> TestReport:
 
 
 def read_report(spec: FunctionTests | IOTests, program: Program, result: ExecResult) -> TestReport:
-    """What the code's run says about it; a `sandbox_error` run is the caller's to raise."""
+    """What the code's run says about it; a run the sandbox failed (`sandbox_failed`) is the
+    caller's to raise."""
     n = count(spec)
     passed = [False] * n
     errors: dict[int, str] = {}
