@@ -629,6 +629,14 @@ def test_reward_plot_is_drawn_from_metrics(tmp_path: Path) -> None:
     assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_metrics_line_that_is_not_a_record_says_which(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(AgentHubError, match="holds a line that is not a metrics record .'not js"):
+        read_metrics(path)
+    assert read_metrics(tmp_path / "none.jsonl") == []
+
+
 def test_learning_rate_defaults_to_the_models_size_class_unless_given() -> None:
     assert load_config([], ["env=math"]).learner.lr == 2e-4
     assert load_config([], ["env=math", "model=/models/qwen"]).learner.lr == 1e-6
