@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agenthub._errors import AgentHubError
 from agenthub.agents._run_dir import locked as hold
@@ -140,10 +140,21 @@ class RunDirectory:
         return state
 
     def state(self) -> CheckpointState | None:
+        """The newest checkpoint's state, None before the first; `AgentHubError` for a
+        state.json that is not one (cut off, edited, or another program's)."""
         file = self.checkpoints / STATE
         if not file.exists():
             return None
-        return CheckpointState.model_validate_json(file.read_text(encoding="utf-8"))
+        try:
+            return CheckpointState.model_validate_json(file.read_bytes())
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise AgentHubError(
+                f"{file} is not the state of a checkpoint ({where + ': ' if where else ''}"
+                f"{error['msg']}); put back the state.json agenthub train wrote, or move "
+                "checkpoints/ away to start the run again from step 0"
+            ) from None
 
     def checkpointed_step(self) -> int:
         """The step of the newest complete checkpoint; 0 before the first."""
@@ -155,7 +166,7 @@ class RunDirectory:
         command = f"agenthub train --out {self.path} --resume"
         try:
             state = self.state()
-        except (OSError, ValueError):
+        except (OSError, AgentHubError):
             return f"Continue it with {command}"
         if state is None:
             return f"It has no checkpoint yet: {command} starts it again from step 0"

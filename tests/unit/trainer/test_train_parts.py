@@ -944,6 +944,25 @@ def test_a_directory_that_is_not_a_run_is_refused_not_overwritten(tmp_path: Path
         RunDirectory(tmp_path).saved_config()
 
 
+def test_a_corrupt_or_foreign_state_json_says_what_to_do(tmp_path: Path) -> None:
+    run = _checkpointed_run(tmp_path / "run")
+    state = run.checkpoints / "state.json"
+    for text, wrong in [
+        ('{"step": 2, "tag": "ste', "Invalid JSON"),  # cut off
+        ('{"step": "two", "tag": "step-2", "tasks_drawn": []}', "step: "),  # edited
+        ("[1, 2]", "an object"),  # another program's
+    ]:
+        state.write_text(text)
+        for read in (run.state, run.checked_state):
+            with pytest.raises(AgentHubError, match="is not the state of a checkpoint") as caught:
+                read()
+            said = str(caught.value)
+            assert wrong in said and "move checkpoints/ away to start the run again" in said
+        with pytest.raises(AgentHubError, match="is not the state of a checkpoint"):
+            _prepare(load_config([], ["env=math"]), run.path, resume=True)
+        assert "continue it with" not in run.how_to_go_on()
+
+
 def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
