@@ -62,7 +62,9 @@ def list_command(args: argparse.Namespace) -> int:
     table.add_column("package")
     table.add_column("description")
     for s, text, ok in rows:
-        table.add_row(s.id, s.package or "(registered)", text if ok else f"[red]{text}[/red]")
+        # A docstring is not markup: "agenthub[reasoning-gym]" would lose its bracket.
+        described = escape(text) if ok else f"[red]{escape(text)}[/red]"
+        table.add_row(escape(s.id), escape(s.package or "(registered)"), described)
     Console(soft_wrap=False).print(table)
     return 0 if all(ok for *_, ok in rows) else 1
 

@@ -16,6 +16,7 @@ from agenthub.cli import main
 from agenthub.cli._main import error_message
 from agenthub.cli._scaffold import scaffold
 
+from ._envs import CountdownEnv
 from ._plugins import declare
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +145,23 @@ def test_envs_show_lists_what_an_env_passes_on_to_its_base_class(
     assert shown["arguments"][1]["description"] == "the largest number it draws"
     assert shown["arguments"][0]["required"] and shown["arguments"][2]["default"] == 5
     assert shown["takes_any_argument"] is False
+
+
+class HubEnv(CountdownEnv):
+    """Plays the games of [a-hub]; agenthub[a-hub] installs it."""
+
+
+def test_envs_list_shows_docstrings_as_written_not_as_markup(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per env
+    register("hub_game", "tests.unit.test_cli:HubEnv", override=True)
+    try:
+        assert main(["envs", "list"]) == 0
+    finally:
+        _registered.pop("hub_game")
+    [row] = [line for line in capsys.readouterr().out.splitlines() if "hub_game" in line]
+    assert "Plays the games of [a-hub]; agenthub[a-hub] installs it." in row
 
 
 def test_a_wrong_env_argument_points_at_envs_show() -> None:
