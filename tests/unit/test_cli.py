@@ -15,6 +15,7 @@ from agenthub._registry import _refresh, _registered
 from agenthub.cli import main
 from agenthub.cli._main import error_message
 from agenthub.cli._scaffold import scaffold
+from agenthub.envs._foreign import MissingExtraError
 
 from ._envs import CountdownEnv
 from ._plugins import declare
@@ -149,6 +150,55 @@ def test_envs_show_lists_what_an_env_passes_on_to_its_base_class(
 
 class HubEnv(CountdownEnv):
     """Plays the games of [a-hub]; agenthub[a-hub] installs it."""
+
+    @staticmethod
+    def known_ids() -> dict[str, bool]:
+        return {"Maze-v0": True, "Words-v0": False, "Chess-v0": True}
+
+
+class MissingHubEnv(CountdownEnv):
+    """Plays the games of a hub that is not installed."""
+
+    @staticmethod
+    def known_ids() -> dict[str, bool]:
+        raise MissingExtraError("the hub env needs the hub package: pip install 'agenthub[hub]'")
+
+
+def test_envs_show_lists_the_ids_an_adapter_runs_offline_and_those_needing_network(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["envs", "show", "tests.unit.test_cli:HubEnv", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["known_ids"] == {"Maze-v0": True, "Words-v0": False, "Chess-v0": True}
+    assert shown["known_ids_error"] is None
+    assert main(["envs", "show", "tests.unit.test_cli:HubEnv"]) == 0
+    out = capsys.readouterr().out
+    assert "Ids it can run offline (2; env_id=ID):\n  Maze-v0, Chess-v0\n" in out
+    assert "Ids that need the network (1; env_id=ID):\n  Words-v0\n" in out
+
+    assert main(["envs", "show", "tests.unit.test_cli:MissingHubEnv", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["known_ids"] is None and "pip install 'agenthub[hub]'" in shown["known_ids_error"]
+    assert main(["envs", "show", "tests.unit.test_cli:MissingHubEnv"]) == 0
+    assert "Its ids cannot be listed: the hub env needs" in capsys.readouterr().out
+
+    assert main(["envs", "show", "math", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["known_ids"] is None, "no hook, no ids"
+    assert main(["envs", "show", "math"]) == 0
+    assert "Ids" not in capsys.readouterr().out
+
+
+def test_envs_show_textarena_lists_its_games_by_whether_they_need_network(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["envs", "show", "textarena", "--json"]) == 0
+    known = json.loads(capsys.readouterr().out)["known_ids"]
+    assert known["TowerOfHanoi-v0"] is True, "a puzzle of its own"
+    assert known["Wordle-v0"] is False, "downloads nltk's word list"
+    assert main(["envs", "show", "textarena"]) == 0
+    offline, online = capsys.readouterr().out.split("Ids that need the network")
+    assert "TowerOfHanoi-v0," in offline.split("Ids it can run offline")[1]
+    assert "Wordle-v0," in online and "TowerOfHanoi" not in online
 
 
 def test_envs_list_shows_docstrings_as_written_not_as_markup(
