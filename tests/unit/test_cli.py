@@ -1,3 +1,4 @@
+import ast
 import json
 import os
 import re
@@ -212,6 +213,20 @@ def test_envs_list_shows_docstrings_as_written_not_as_markup(
         _registered.pop("hub_game")
     [row] = [line for line in capsys.readouterr().out.splitlines() if "hub_game" in line]
     assert "Plays the games of [a-hub]; agenthub[a-hub] installs it." in row
+
+
+def test_the_command_line_and_the_trainer_are_made_of_small_units() -> None:
+    # Functions under ~60 lines and classes under ~300 read in one screen (STYLE.md 12).
+    too_big = []
+    for package in ("cli", "trainer"):
+        for path in sorted((REPO / "agenthub" / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                limit = 300 if isinstance(node, ast.ClassDef) else 60
+                if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if lines > limit:
+                        too_big.append(f"{path.relative_to(REPO)}: {node.name}, {lines} lines")
+    assert not too_big, too_big
 
 
 def test_a_wrong_env_argument_points_at_envs_show() -> None:
