@@ -5,6 +5,7 @@ import inspect
 import json
 import os
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from agenthub._errors import (
 )
 from agenthub._pairs import parse_kwargs
 from agenthub._registry import list_envs, load_entry_point, make, spec
+from agenthub._spec import EnvSpec
 
 
 def describe(env_id: str) -> tuple[str, bool]:
@@ -62,7 +64,9 @@ def list_command(args: argparse.Namespace) -> int:
     table.add_column("package")
     table.add_column("description")
     for s, text, ok in rows:
-        table.add_row(s.id, s.package or "(registered)", text if ok else f"[red]{text}[/red]")
+        # A docstring is not markup: "agenthub[reasoning-gym]" would lose its bracket.
+        described = escape(text) if ok else f"[red]{escape(text)}[/red]"
+        table.add_row(escape(s.id), escape(s.package or "(registered)"), described)
     Console(soft_wrap=False).print(table)
     return 0 if all(ok for *_, ok in rows) else 1
 
@@ -124,51 +128,99 @@ def _annotation(annotation: Any) -> str:
     return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
 
 
+@dataclass(frozen=True)
+class EnvDescription:
+    """What `agenthub envs show` says of an env (its `--json` object, in this order)."""
+
+    id: str
+    package: str | None
+    entry_point: str
+    source: str | None
+    description: str
+    arguments: list[dict[str, Any]]
+    takes_any_argument: bool
+    tools: list[dict[str, str]]
+    stop: list[str]
+    system_prompt: str | None
+    known_ids: dict[str, bool] | None
+    """The ids an adapter to another hub can run, each mapped to whether it runs offline (the
+    env's `known_ids()`); None for an env without that hook."""
+    known_ids_error: str | None
+    """Why they could not be listed (the package they come from is not installed)."""
+
+    @classmethod
+    def of(cls, env_spec: EnvSpec, factory: Any) -> EnvDescription:
+        arguments, takes_any = env_arguments(factory, env_spec.kwargs)
+        stop = getattr(factory, "stop", ())
+        system_prompt = getattr(factory, "system_prompt", None)
+        try:
+            source = inspect.getsourcefile(factory)
+        except TypeError:
+            source = None
+        ids, ids_error = known_ids(factory)
+        return cls(
+            id=env_spec.id,
+            package=env_spec.package,
+            entry_point=env_spec.entry_point,
+            source=source,
+            description=inspect.getdoc(factory) or "",
+            arguments=arguments,
+            takes_any_argument=takes_any,
+            tools=[
+                {"name": f.__name__, "description": _summary(f)}
+                for f in getattr(factory, "functions", ())
+                if callable(f)
+            ],
+            stop=list(stop) if isinstance(stop, list | tuple) else [],
+            system_prompt=system_prompt if isinstance(system_prompt, str) else None,
+            known_ids=ids,
+            known_ids_error=ids_error,
+        )
+
+
+def known_ids(factory: Any) -> tuple[dict[str, bool] | None, str | None]:
+    """The optional class hook `known_ids()`: an env that runs the envs of another package
+    (TextArena's games, gem's) defines it as a static or class method returning
+    `{id: runs_offline}`, and `agenthub envs show` lists those ids, offline ones apart from
+    those that need the network. Returns (None, None) for an env without the hook, and
+    (None, why) where the hook raised an `AgentHubError` (its package is not installed)."""
+    hook = getattr(factory, "known_ids", None)
+    if not callable(hook):
+        return None, None
+    try:
+        ids = hook()
+    except AgentHubError as exc:
+        return None, str(exc)
+    return {str(env_id): bool(offline) for env_id, offline in dict(ids).items()}, None
+
+
 def show_command(args: argparse.Namespace) -> int:
     find_local_envs(args.env_id)
     env_spec = spec(args.env_id)
-    factory = load_entry_point(env_spec)
-    arguments, takes_any = env_arguments(factory, env_spec.kwargs)
-    tools = [
-        {"name": f.__name__, "description": _summary(f)}
-        for f in getattr(factory, "functions", ())
-        if callable(f)
-    ]
-    stop = getattr(factory, "stop", ())
-    stop = list(stop) if isinstance(stop, list | tuple) else []
-    system_prompt = getattr(factory, "system_prompt", None)
-    system_prompt = system_prompt if isinstance(system_prompt, str) else None
-    try:
-        source = inspect.getsourcefile(factory)
-    except TypeError:
-        source = None
+    shown = EnvDescription.of(env_spec, load_entry_point(env_spec))
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "id": env_spec.id,
-                    "package": env_spec.package,
-                    "entry_point": env_spec.entry_point,
-                    "source": source,
-                    "description": inspect.getdoc(factory) or "",
-                    "arguments": arguments,
-                    "takes_any_argument": takes_any,
-                    "tools": tools,
-                    "stop": stop,
-                    "system_prompt": system_prompt,
-                },
-                default=repr,
-            )
-        )
+        print(json.dumps(asdict(shown), default=repr))
         return 0
     console = Console(soft_wrap=True)  # the docstring keeps its own lines
-    where = "" if env_spec.entry_point == env_spec.id else f"  {env_spec.entry_point}"
-    console.print(f"[bold]{env_spec.id}[/bold]{where}", highlight=False)
-    origin = [f"package {env_spec.package}" if env_spec.package else "", source or ""]
-    console.print(", ".join(filter(None, origin)), style="dim", highlight=False)
+    _print_header(console, shown)
+    _print_arguments(console, shown)
+    _print_conduct(console, shown)
+    _print_known_ids(console, shown)
+    return 0
+
+
+def _print_header(console: Console, shown: EnvDescription) -> None:
+    where = "" if shown.entry_point == shown.id else f"  {shown.entry_point}"
+    console.print(f"[bold]{escape(shown.id)}[/bold]{escape(where)}", highlight=False)
+    origin = [f"package {shown.package}" if shown.package else "", shown.source or ""]
+    console.print(", ".join(filter(None, origin)), style="dim", markup=False, highlight=False)
     console.print()
-    console.print(inspect.getdoc(factory) or "(no docstring)", markup=False, highlight=False)
+    console.print(shown.description or "(no docstring)", markup=False, highlight=False)
     console.print()
+
+
+def _print_arguments(console: Console, shown: EnvDescription) -> None:
+    arguments = shown.arguments
     if arguments:
         table = Table(title="Arguments (KEY=VALUE, the value as JSON)", title_justify="left")
         table.add_column("argument", style="bold")
@@ -179,27 +231,45 @@ def show_command(args: argparse.Namespace) -> int:
         for a in arguments:
             default = "[red]required[/red]" if a["required"] else escape(_shorten(a["default"]))
             row = [a["name"], escape(a["type"]), default]
-            table.add_row(*row, *([a["description"]] if len(table.columns) > 3 else []))
+            table.add_row(*row, *([escape(a["description"])] if len(table.columns) > 3 else []))
         console.print(table)
     else:
         console.print("It takes no arguments.")
-    if takes_any:
+    if shown.takes_any_argument:
         console.print("It also takes arguments not listed here (**kwargs).")
-    if system_prompt is not None:
+
+
+def _print_conduct(console: Console, shown: EnvDescription) -> None:
+    """Its system prompt, where a reply ends, and the tools the model may call."""
+    if shown.system_prompt is not None:
         console.print()
         console.print("Its system prompt (before a task's prompt that has none of its own):")
-        console.print(system_prompt, markup=False, highlight=False)
-    if stop:
+        console.print(shown.system_prompt, markup=False, highlight=False)
+    if shown.stop:
         console.print()
-        console.print(f"A reply ends where it writes: {escape(json.dumps(stop))}", highlight=False)
-    if tools:
+        stop = escape(json.dumps(shown.stop))
+        console.print(f"A reply ends where it writes: {stop}", highlight=False)
+    if shown.tools:
         console.print()
         console.print("Tools the model may call:")
-        width = max(len(tool["name"]) for tool in tools)
-        for tool in tools:
+        width = max(len(tool["name"]) for tool in shown.tools)
+        for tool in shown.tools:
             name = tool["name"].ljust(width)
             console.print(f"  [bold]{name}[/bold]  {escape(tool['description'])}")
-    return 0
+
+
+def _print_known_ids(console: Console, shown: EnvDescription) -> None:
+    if shown.known_ids_error is not None:
+        console.print()
+        console.print(f"Its ids cannot be listed: {shown.known_ids_error}", markup=False)
+    if shown.known_ids is None:
+        return
+    offline = [env_id for env_id, runs in shown.known_ids.items() if runs]
+    online = [env_id for env_id, runs in shown.known_ids.items() if not runs]
+    for ids, what in ((offline, "it can run offline"), (online, "that need the network")):
+        console.print()
+        console.print(f"Ids {what} ({len(ids)}; env_id=ID):", highlight=False)
+        console.print(f"  {', '.join(ids) or '(none)'}", markup=False, highlight=False)
 
 
 def _shorten(value: Any, width: int = 48) -> str:

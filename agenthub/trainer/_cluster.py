@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
-from agenthub.trainer._config import EvalConfig, TrainConfig
+from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._library_logs import library_log_env, route_library_logs
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Cluster(Protocol):
         """Each rollout worker's stats, None for one that died."""
         ...
 
-    async def evaluate(self, cfg: EvalConfig) -> EvalSummary:
+    async def evaluate(self, cfg: HeldOutConfig) -> EvalSummary:
         """A held-out evaluation on the first rollout worker's engine."""
         ...
 
@@ -190,7 +190,7 @@ class RayCluster:
         )
         return [None if isinstance(s, BaseException) else s for s in stats]
 
-    async def evaluate(self, cfg: EvalConfig) -> EvalSummary:
+    async def evaluate(self, cfg: HeldOutConfig) -> EvalSummary:
         result: EvalSummary = await self.workers[0].evaluate.remote(
             cfg.tasks, cfg.split, cfg.temperature, cfg.samples_per_task
         )

@@ -29,7 +29,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 __all__ = [
     "AlgorithmConfig",
     "ConfigError",
-    "EvalConfig",
+    "HeldOutConfig",
     "RayConfig",
     "RolloutSettings",
     "RunConfig",
@@ -112,7 +112,7 @@ class AlgorithmConfig(ConfigSection):
         return self
 
 
-class EvalConfig(ConfigSection):
+class HeldOutConfig(ConfigSection):
     """Periodic evaluation on held-out tasks with the current policy."""
 
     every: int = Field(5, ge=0)
@@ -191,7 +191,7 @@ class TrainConfig(ConfigSection):
     learner: LearnerConfig = LearnerConfig()
     """The learner; `learner.lr`, when not given, is 2e-4 for the embedded default model (3.5M
     parameters) and 1e-6 for any other model."""
-    eval: EvalConfig = EvalConfig()
+    eval: HeldOutConfig = HeldOutConfig()
     run: RunConfig = RunConfig()
     ray: RayConfig = RayConfig()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from agenthub.agents._eval_summary import EvalSummary
 from agenthub.trainer._cluster import Cluster
-from agenthub.trainer._config import EvalConfig
+from agenthub.trainer._config import HeldOutConfig
 from agenthub.trainer._metrics import MetricsLog
 
 __all__ = ["HeldOutEvaluator", "HeldOutRewards", "evaluated_line", "held_out_reward"]
@@ -86,7 +86,7 @@ class HeldOutEvaluator:
 
     def __init__(
         self,
-        cfg: EvalConfig,
+        cfg: HeldOutConfig,
         cluster: Cluster,
         metrics: MetricsLog,
         rewards: HeldOutRewards,

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agenthub._errors import AgentHubError
+from agenthub.agents._run_dir import jsonl_lines
+
 __all__ = ["MetricsLog", "StepRecord", "StepReport", "StepTiming", "plot_rewards", "read_metrics"]
 
 
@@ -116,15 +119,20 @@ class StepRecord:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every complete record of a `metrics.jsonl` (a line cut off by a crash is skipped)."""
-    if not path.exists():
-        return []
+    """Every complete record of a `metrics.jsonl` (a last line cut off by a crash is skipped);
+    `AgentHubError` for another line that is not a JSON record."""
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in jsonl_lines(path):
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            record = exc
+        if not isinstance(record, dict):
+            raise AgentHubError(
+                f"{path} holds a line that is not a metrics record ({line[:60]!r}); delete "
+                "that line, or move the file away, and run again"
+            )
+        records.append(record)
     return records
 
 

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import logging
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agenthub._errors import AgentHubError
+from agenthub.agents._run_dir import locked as hold
+from agenthub.agents._run_dir import write_atomic
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._metrics import read_metrics
@@ -27,7 +26,6 @@ CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
 MODEL = "model"  # the policy as a Hugging Face model, written with each checkpoint
 SAMPLES = "trajectories.jsonl"  # trajectories of each step, `run.save_trajectories` of them
-_logger = logging.getLogger("agenthub.train")
 
 _CHECKPOINT_BOUND = ("model", "learner.zero_stage", "learner.bf16", "ray.rollout_workers")
 """Settings a checkpoint is written for: DeepSpeed loads its states only into the same model,
@@ -67,46 +65,9 @@ class RunDirectory:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the directory for one run: a second run on it (a `--resume` while the first
-        still trains) would interleave both runs' logs and checkpoints. The lock is the
-        directory's own (flock), so no file is left behind and a killed run holds none."""
-        created = not self.path.exists()
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as exc:
-            raise AgentHubError(
-                f"cannot create the run directory {self.path} ({exc.strerror}); choose another "
-                "--out"
-            ) from None
-        held = False
-        try:
-            if not os.access(self.path, os.W_OK):
-                raise AgentHubError(f"cannot write to {self.path}; choose another --out")
-            held = self._flock(fd)
+        still trains) would interleave both runs' logs and checkpoints. The lock is eval's too."""
+        with hold(self.path, command="train"):
             yield
-        finally:
-            # Only the run that made the directory and held it removes it, and while it holds
-            # it: a refused run must not remove the directory of the run that refused it.
-            if created and held and not any(self.path.iterdir()):
-                self.path.rmdir()  # a run stopped before it wrote anything leaves nothing
-            os.close(fd)
-
-    def _flock(self, fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise AgentHubError(
-                f"{self.path} is in use by another agenthub train run; wait for it to end "
-                "(or stop it), or choose another --out"
-            ) from None
-        except OSError as exc:  # NFS refuses flock on a directory; Lustre, FUSE may too
-            _logger.warning(
-                "agenthub train: cannot lock %s (%s); nothing stops a second run there",
-                self.path,
-                exc.strerror,
-            )
-            return False
-        return True
 
     def prepare(
         self, config: TrainConfig, *, resume: bool, log: Callable[[str], None]
@@ -179,10 +140,21 @@ class RunDirectory:
         return state
 
     def state(self) -> CheckpointState | None:
+        """The newest checkpoint's state, None before the first; `AgentHubError` for a
+        state.json that is not one (cut off, edited, or another program's)."""
         file = self.checkpoints / STATE
         if not file.exists():
             return None
-        return CheckpointState.model_validate_json(file.read_text(encoding="utf-8"))
+        try:
+            return CheckpointState.model_validate_json(file.read_bytes())
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise AgentHubError(
+                f"{file} is not the state of a checkpoint ({where + ': ' if where else ''}"
+                f"{error['msg']}); put back the state.json agenthub train wrote, or move "
+                "checkpoints/ away to start the run again from step 0"
+            ) from None
 
     def checkpointed_step(self) -> int:
         """The step of the newest complete checkpoint; 0 before the first."""
@@ -194,7 +166,7 @@ class RunDirectory:
         command = f"agenthub train --out {self.path} --resume"
         try:
             state = self.state()
-        except (OSError, ValueError):
+        except (OSError, AgentHubError):
             return f"Continue it with {command}"
         if state is None:
             return f"It has no checkpoint yet: {command} starts it again from step 0"
@@ -288,9 +260,3 @@ def _dotted(tree: dict[str, Any], key: str) -> Any:
     for part in key.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return value
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)

@@ -1,3 +1,4 @@
+import ast
 import json
 import os
 import re
@@ -15,7 +16,9 @@ from agenthub._registry import _refresh, _registered
 from agenthub.cli import main
 from agenthub.cli._main import error_message
 from agenthub.cli._scaffold import scaffold
+from agenthub.envs._foreign import MissingExtraError
 
+from ._envs import CountdownEnv
 from ._plugins import declare
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,6 +147,86 @@ def test_envs_show_lists_what_an_env_passes_on_to_its_base_class(
     assert shown["arguments"][1]["description"] == "the largest number it draws"
     assert shown["arguments"][0]["required"] and shown["arguments"][2]["default"] == 5
     assert shown["takes_any_argument"] is False
+
+
+class HubEnv(CountdownEnv):
+    """Plays the games of [a-hub]; agenthub[a-hub] installs it."""
+
+    @staticmethod
+    def known_ids() -> dict[str, bool]:
+        return {"Maze-v0": True, "Words-v0": False, "Chess-v0": True}
+
+
+class MissingHubEnv(CountdownEnv):
+    """Plays the games of a hub that is not installed."""
+
+    @staticmethod
+    def known_ids() -> dict[str, bool]:
+        raise MissingExtraError("the hub env needs the hub package: pip install 'agenthub[hub]'")
+
+
+def test_envs_show_lists_the_ids_an_adapter_runs_offline_and_those_needing_network(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["envs", "show", "tests.unit.test_cli:HubEnv", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["known_ids"] == {"Maze-v0": True, "Words-v0": False, "Chess-v0": True}
+    assert shown["known_ids_error"] is None
+    assert main(["envs", "show", "tests.unit.test_cli:HubEnv"]) == 0
+    out = capsys.readouterr().out
+    assert "Ids it can run offline (2; env_id=ID):\n  Maze-v0, Chess-v0\n" in out
+    assert "Ids that need the network (1; env_id=ID):\n  Words-v0\n" in out
+
+    assert main(["envs", "show", "tests.unit.test_cli:MissingHubEnv", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["known_ids"] is None and "pip install 'agenthub[hub]'" in shown["known_ids_error"]
+    assert main(["envs", "show", "tests.unit.test_cli:MissingHubEnv"]) == 0
+    assert "Its ids cannot be listed: the hub env needs" in capsys.readouterr().out
+
+    assert main(["envs", "show", "math", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["known_ids"] is None, "no hook, no ids"
+    assert main(["envs", "show", "math"]) == 0
+    assert "Ids" not in capsys.readouterr().out
+
+
+def test_envs_show_textarena_lists_its_games_by_whether_they_need_network(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["envs", "show", "textarena", "--json"]) == 0
+    known = json.loads(capsys.readouterr().out)["known_ids"]
+    assert known["TowerOfHanoi-v0"] is True, "a puzzle of its own"
+    assert known["Wordle-v0"] is False, "downloads nltk's word list"
+    assert main(["envs", "show", "textarena"]) == 0
+    offline, online = capsys.readouterr().out.split("Ids that need the network")
+    assert "TowerOfHanoi-v0," in offline.split("Ids it can run offline")[1]
+    assert "Wordle-v0," in online and "TowerOfHanoi" not in online
+
+
+def test_envs_list_shows_docstrings_as_written_not_as_markup(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per env
+    register("hub_game", "tests.unit.test_cli:HubEnv", override=True)
+    try:
+        assert main(["envs", "list"]) == 0
+    finally:
+        _registered.pop("hub_game")
+    [row] = [line for line in capsys.readouterr().out.splitlines() if "hub_game" in line]
+    assert "Plays the games of [a-hub]; agenthub[a-hub] installs it." in row
+
+
+def test_the_command_line_and_the_trainer_are_made_of_small_units() -> None:
+    # Functions under ~60 lines and classes under ~300 read in one screen (STYLE.md 12).
+    too_big = []
+    for package in ("cli", "trainer"):
+        for path in sorted((REPO / "agenthub" / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                limit = 300 if isinstance(node, ast.ClassDef) else 60
+                if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if lines > limit:
+                        too_big.append(f"{path.relative_to(REPO)}: {node.name}, {lines} lines")
+    assert not too_big, too_big
 
 
 def test_a_wrong_env_argument_points_at_envs_show() -> None:

@@ -13,7 +13,7 @@ from agenthub.agents import Timings, Trajectory
 from agenthub.agents._eval_summary import EvalSummary, TokenCounts
 from agenthub.agents._trajectory import EpisodeError
 from agenthub.trainer._batch import TrainBatch
-from agenthub.trainer._config import EvalConfig, TrainConfig
+from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._workers import WorkerStats
 
@@ -153,7 +153,7 @@ class FakeCluster:
     async def worker_stats(self) -> list[WorkerStats | None]:
         return [WorkerStats(n, 10 * n, self.version) for n in self.tasks_drawn]
 
-    async def evaluate(self, cfg: EvalConfig) -> dict[str, Any]:
+    async def evaluate(self, cfg: HeldOutConfig) -> dict[str, Any]:
         return evaluation(self.eval_rewards.pop(0) if self.eval_rewards else 0.5)
 
     async def save_checkpoint(self, directory: Path, tag: str) -> None:

@@ -629,6 +629,14 @@ def test_reward_plot_is_drawn_from_metrics(tmp_path: Path) -> None:
     assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_metrics_line_that_is_not_a_record_says_which(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(AgentHubError, match="holds a line that is not a metrics record .'not js"):
+        read_metrics(path)
+    assert read_metrics(tmp_path / "none.jsonl") == []
+
+
 def test_learning_rate_defaults_to_the_models_size_class_unless_given() -> None:
     assert load_config([], ["env=math"]).learner.lr == 2e-4
     assert load_config([], ["env=math", "model=/models/qwen"]).learner.lr == 1e-6
@@ -934,6 +942,25 @@ def test_a_directory_that_is_not_a_run_is_refused_not_overwritten(tmp_path: Path
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(AgentHubError, match="is not JSON"):
         RunDirectory(tmp_path).saved_config()
+
+
+def test_a_corrupt_or_foreign_state_json_says_what_to_do(tmp_path: Path) -> None:
+    run = _checkpointed_run(tmp_path / "run")
+    state = run.checkpoints / "state.json"
+    for text, wrong in [
+        ('{"step": 2, "tag": "ste', "Invalid JSON"),  # cut off
+        ('{"step": "two", "tag": "step-2", "tasks_drawn": []}', "step: "),  # edited
+        ("[1, 2]", "an object"),  # another program's
+    ]:
+        state.write_text(text)
+        for read in (run.state, run.checked_state):
+            with pytest.raises(AgentHubError, match="is not the state of a checkpoint") as caught:
+                read()
+            said = str(caught.value)
+            assert wrong in said and "move checkpoints/ away to start the run again" in said
+        with pytest.raises(AgentHubError, match="is not the state of a checkpoint"):
+            _prepare(load_config([], ["env=math"]), run.path, resume=True)
+        assert "continue it with" not in run.how_to_go_on()
 
 
 def test_resuming_a_complete_run_says_so_at_once_and_leaves_it_alone(
