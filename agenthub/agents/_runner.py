@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 
@@ -67,6 +67,7 @@ class _Episode:
 
     def __post_init__(self) -> None:
         self.rewards: list[float] = []
+        self.finish_reasons: list[Literal["stop", "length"]] = []
         self.extra_logs: dict[str, float] = {}
         self.timings = Timings()
 
@@ -268,6 +269,9 @@ class EpisodeRunner:
             generation = await self._generate(session, task, sample, state, room)
             action = session.add_generation(generation)
             state.turns += 1
+            state.finish_reasons.append(
+                "length" if generation.finish_reason == "length" else "stop"
+            )
             with stepping(session.transcript()):
                 step = await self._env_call(state, "step", partial(env.step, action))
             _check(step_problems(step))
@@ -356,6 +360,7 @@ class EpisodeRunner:
             error=error,
             timings=state.timings,
             extra_logs=state.extra_logs,
+            finish_reasons=state.finish_reasons,
         )
 
     async def _score(self, task: Task, trajectory: Trajectory) -> Trajectory:

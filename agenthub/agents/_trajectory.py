@@ -54,6 +54,9 @@ class Trajectory(BaseModel):
     is the env's task score when it reported one. `error` is set when the episode failed;
     `terminated` and `truncated` are then both false. `sample` says which of its task's
     samples the episode is (its seeds derive from it), so a resumed run plays the ones missing.
+    `finish_reasons` has one entry per model reply, in order: `length` where the engine cut the
+    reply at its token limit (`max_reply_tokens`, or the room left under `max_tokens`), `stop`
+    where it ended on its own (empty in trajectories recorded before it existed).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -74,6 +77,7 @@ class Trajectory(BaseModel):
     error: EpisodeError | None = None
     timings: Timings
     extra_logs: dict[str, float] = {}
+    finish_reasons: list[Literal["stop", "length"]] = []
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Trajectory:

@@ -81,8 +81,9 @@ async def test_multi_turn_episode_keeps_exactly_the_engine_tokens(chat: ChatToke
     assert set(json.loads(t.model_dump_json())) == {
         "env", "task_id", "sample", "tokens", "loss_mask", "logprobs", "policy_versions",
         "step_rewards", "reward", "score", "terminated", "truncated", "num_turns", "error",
-        "timings", "extra_logs",
+        "timings", "extra_logs", "finish_reasons",
     }  # fmt: skip
+    assert t.finish_reasons == ["stop", "stop", "stop"]
 
 
 async def test_turn_budget_truncates(chat: ChatTokenizer) -> None:
@@ -109,6 +110,9 @@ async def test_token_budget_truncates_and_bounds_the_sequence(chat: ChatTokenize
     [t] = await runner(engine, chat, max_tokens=60).collect([task(label=9)])
     assert t.truncated and len(t.tokens) <= 60
     assert engine.generations[-1].finish_reason == "length"
+    # Each reply's finish reason is kept: the last was cut at the room left under max_tokens.
+    assert t.finish_reasons == [g.finish_reason for g in engine.generations]
+    assert t.finish_reasons[-1] == "length"
 
 
 async def test_context_limit_truncates(chat: ChatTokenizer) -> None:
