@@ -94,21 +94,15 @@ def whiten(values: torch.Tensor, weights: torch.Tensor, *, std_norm: bool = True
     return torch.where(w > 0, out, 0.0).to(values.dtype)
 
 
-def advantages(
+def sequence_values(
     rewards: torch.Tensor | Sequence[float],
     group_size: int,
     estimator: str = "group_norm",
     *,
-    token_counts: torch.Tensor | Sequence[int] | None = None,
-    std_norm: bool = True,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Per-sequence advantages for rewards laid out as consecutive groups of `group_size`.
-
-    `token_counts` are each sequence's model tokens: `reinforce` and `reinforce_baseline` are
-    whitened over the batch's tokens, as OpenRLHF does (without them every sequence weighs the
-    same). `std_norm=False` keeps only the subtraction of the batch mean. Returns a float tensor
-    of the same length; an empty input gives an empty output.
+    """Each sequence's reward after its group's baseline by `estimator` (the reward itself for
+    `reinforce`), before any clip or batch whitening: the value OpenRLHF hands `compute_reward`.
     """
     if estimator == "gae":
         raise ValueError("gae needs per-token values from a critic: call agenthub.trainer.gae")
@@ -120,15 +114,41 @@ def advantages(
             f"{r.numel()} rewards do not split into groups of {group_size}; each prompt's "
             "samples must stay together"
         )
-    counts = torch.ones_like(r) if token_counts is None else torch.as_tensor(token_counts)
-    if counts.shape != r.shape or bool((counts < 0).any()):
-        raise ValueError(
-            f"token_counts must give one count of model tokens (>= 0) per reward: got "
-            f"{list(counts.shape)} for {r.numel()} rewards"
-        )
     if r.numel() == 0:
         return r
-    adv = ESTIMATORS[estimator](r.view(-1, group_size), eps).flatten()
+    return ESTIMATORS[estimator](r.view(-1, group_size), eps).flatten()
+
+
+def advantages(
+    rewards: torch.Tensor | Sequence[float],
+    group_size: int,
+    estimator: str = "group_norm",
+    *,
+    token_counts: torch.Tensor | Sequence[int] | None = None,
+    std_norm: bool = True,
+    clip_range: tuple[float, float] | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Per-sequence advantages for rewards laid out as consecutive groups of `group_size`.
+
+    `token_counts` are each sequence's model tokens: `reinforce` and `reinforce_baseline` are
+    whitened over the batch's tokens, as OpenRLHF does (without them every sequence weighs the
+    same). `std_norm=False` keeps only the subtraction of the batch mean. `clip_range` clamps
+    each sequence's value after its group's baseline and before the whitening, where OpenRLHF's
+    `--reward.clip_range` does. Returns a float tensor of the same length; an empty input gives
+    an empty output.
+    """
+    adv = sequence_values(rewards, group_size, estimator, eps=eps)
+    counts = torch.ones_like(adv) if token_counts is None else torch.as_tensor(token_counts)
+    if counts.shape != adv.shape or bool((counts < 0).any()):
+        raise ValueError(
+            f"token_counts must give one count of model tokens (>= 0) per reward: got "
+            f"{list(counts.shape)} for {adv.numel()} rewards"
+        )
+    if adv.numel() == 0:
+        return adv
+    if clip_range is not None:
+        adv = adv.clamp(min=clip_range[0], max=clip_range[1])
     if estimator in BATCH_WHITENED:
         adv = whiten(adv, counts, std_norm=std_norm)
     return adv

@@ -15,9 +15,10 @@ from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
 from agenthub.agents._trajectory import mean_extra_logs
 from agenthub.trainer._cluster import Cluster
-from agenthub.trainer._config import AlgorithmConfig, TrainConfig
+from agenthub.trainer._config import AlgorithmConfig, RewardConfig, TrainConfig
 from agenthub.trainer._control import RunControl, StopReason
-from agenthub.trainer._metrics import StepRecord, StepTiming
+from agenthub.trainer._metrics import ShapingStats, StepRecord, StepTiming
+from agenthub.trainer._shaping import RewardShaping
 
 if TYPE_CHECKING:
     from agenthub.trainer._batch import TrainBatch
@@ -164,6 +165,12 @@ class Batch:
     failed: int = 0
     filtered: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    shaping: RewardShaping = field(default_factory=lambda: RewardShaping(RewardConfig(), 1))
+    """The run's `reward.*` rules (none by default)."""
+    shaped: list[float] | None = None
+    """The trained episodes' rewards after the length penalties, once collated (None: none on)."""
+    shaping_stats: list[ShapingStats] = field(default_factory=list)
+    """What each rule that is on did, once collated."""
 
     def count(self, group: list[Trajectory], verdict: Verdict) -> None:
         if verdict == "failed":
@@ -176,32 +183,45 @@ class Batch:
             setattr(self, verdict, getattr(self, verdict) + 1)
 
     def collate(self, algo: AlgorithmConfig) -> TrainBatch:
-        """The learner's batch: advantages by `algo.estimator` (the batch-whitened ones
-        weighing each sequence by its model tokens, as OpenRLHF does), or for gae (whose critic
-        turns rewards into advantages in the learner) the rewards."""
-        from agenthub.trainer._advantages import advantages
+        """The learner's batch: each episode's reward shaped by `shaping` (the length
+        penalties, then the clip after the group's baseline), then advantages by
+        `algo.estimator` (the batch-whitened ones weighing each sequence by its model tokens,
+        as OpenRLHF does), or for gae (whose critic turns rewards into advantages in the
+        learner) the shaped rewards."""
+        import torch
+
+        from agenthub.trainer._advantages import advantages, sequence_values
         from agenthub.trainer._batch import TrainBatch
 
         trajectories = [t for group in self.groups for t in group]
-        rewards = [t.reward for t in trajectories]
-        critic = algo.estimator == "gae"
-        adv = (
-            [0.0] * len(rewards)
-            if critic
-            else advantages(
-                rewards,
-                len(self.groups[0]),
-                algo.estimator,
-                token_counts=[t.num_generated_tokens for t in trajectories],
-                std_norm=algo.advantage_std_norm,
+        rewards, self.shaping_stats = self.shaping.rewards(trajectories)
+        self.shaped = rewards if self.shaping_stats else None
+        group_size = len(self.groups[0])
+        if algo.estimator == "gae":
+            clipped, clip_stats = self.shaping.clip(torch.tensor(rewards, dtype=torch.float32))
+            self.shaping_stats += clip_stats
+            return TrainBatch.collate(
+                [t.tokens for t in trajectories],
+                [t.loss_mask for t in trajectories],
+                [t.logprobs for t in trajectories],
+                [0.0] * len(rewards),
+                rewards=clipped.tolist(),
             )
+        _, clip_stats = self.shaping.clip(sequence_values(rewards, group_size, algo.estimator))
+        self.shaping_stats += clip_stats
+        adv = advantages(
+            rewards,
+            group_size,
+            algo.estimator,
+            token_counts=[t.num_generated_tokens for t in trajectories],
+            std_norm=algo.advantage_std_norm,
+            clip_range=self.shaping.config.clip_range,
         )
         return TrainBatch.collate(
             [t.tokens for t in trajectories],
             [t.loss_mask for t in trajectories],
             [t.logprobs for t in trajectories],
             adv,
-            rewards=rewards if critic else None,
         )
 
     def record(
@@ -228,6 +248,8 @@ class Batch:
             extra=mean_extra_logs(seen),
             errors=dict(self.errors),
             learned=learned,
+            shaped_reward=None if self.shaped is None else sum(self.shaped) / len(self.shaped),
+            shaping=tuple(self.shaping_stats),
             queue_depth=queue_depth,
             step_s=timing.step_s,
             learn_s=timing.learn_s,
@@ -263,13 +285,14 @@ class BatchAssembler:
         self.clock = clock
         self.failed = FailedGroups()
         self.no_signal = NoSignal(cfg.algorithm, cfg.run.max_skipped_groups)
+        self.shaping = RewardShaping(cfg.reward, cfg.rollout.max_reply_tokens)
 
     async def assemble(self, version: int, deadline: float) -> Batch | None:
         """Take groups until `batch_groups` usable ones are in hand for the learner at policy
         `version`; None when the run stops first (its time is up while groups come slowly,
         say)."""
         wanted = self.cfg.algorithm.batch_groups
-        batch = Batch()
+        batch = Batch(shaping=self.shaping)
         while len(batch.groups) < wanted:
             if self.control.stopping:
                 return None

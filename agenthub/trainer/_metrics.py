@@ -7,12 +7,20 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agenthub._errors import AgentHubError
 from agenthub.agents._run_dir import jsonl_lines
 
-__all__ = ["MetricsLog", "StepRecord", "StepReport", "StepTiming", "plot_rewards", "read_metrics"]
+__all__ = [
+    "MetricsLog",
+    "ShapingStats",
+    "StepRecord",
+    "StepReport",
+    "StepTiming",
+    "plot_rewards",
+    "read_metrics",
+]
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,24 @@ class StepTiming:
     """How long the last finished weight sync took."""
     time_s: float
     tokens_per_s: float
+
+
+ShapingRule = Literal["overlong", "unstopped", "clipped"]
+
+
+@dataclass(frozen=True)
+class ShapingStats:
+    """What one reward-shaping rule (`reward.*`) did to the episodes trained on in a step."""
+
+    rule: ShapingRule
+    """`overlong`: a reply went into the overlong buffer; `unstopped`: a reply was cut at its
+    token limit; `clipped`: the sequence's reward after its group's baseline lay outside
+    `reward.clip_range`."""
+    samples: int
+    """How many episodes the rule applied to."""
+    change: float
+    """The mean size of the change to their reward (to their baselined reward, for `clipped`):
+    how far the rule moved them; 0 for none."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +100,10 @@ class StepRecord:
     """Failed episodes by cause."""
     learned: dict[str, float] = field(default_factory=dict)
     """The learner's own metrics (loss, KL, ...)."""
+    shaped_reward: float | None = None
+    """Mean reward of the episodes trained on after the length penalties (None: none is on)."""
+    shaping: tuple[ShapingStats, ...] = ()
+    """What each reward-shaping rule that is on did (`train/shaping/<rule>_samples`, `_change`)."""
 
     @property
     def idle_fraction(self) -> float:
@@ -100,6 +130,11 @@ class StepRecord:
             "learner/idle_fraction": self.idle_fraction,
             "learner/sync_s": self.sync_s,
         }
+        if self.shaped_reward is not None:
+            record["train/shaped_reward"] = self.shaped_reward
+        for stats in self.shaping:
+            record[f"train/shaping/{stats.rule}_samples"] = stats.samples
+            record[f"train/shaping/{stats.rule}_change"] = stats.change
         record.update({f"train/extra/{k}": v for k, v in self.extra.items()})
         record.update({f"errors/{cause}": n for cause, n in self.errors.items()})
         record.update({f"learner/{k}": v for k, v in self.learned.items()})
