@@ -92,9 +92,6 @@ _NOT_YET = "not yet supported: agenthub has no {what} yet (planned)"
 NO_EQUIVALENT: dict[str, str] = {
     "algo.kl.target": _NOT_YET.format(what="adaptive KL controller"),
     "algo.kl.horizon": _NOT_YET.format(what="adaptive KL controller"),
-    "reward.clip_range": _NOT_YET.format(what="reward clipping"),
-    "reward.overlong_*": _NOT_YET.format(what="DAPO overlong-buffer penalty"),
-    "reward.stop_properly_penalty_coef": _NOT_YET.format(what="penalty for truncated replies"),
     "*.num_nodes": "GPU placement: Ray places agenthub's parts (see ray.* settings)",
     "*.num_gpus_per_node": "GPU placement: Ray places agenthub's parts (see ray.* settings)",
     "*_num_nodes": "GPU placement: Ray places agenthub's parts (see ray.* settings)",
@@ -142,6 +139,8 @@ NO_EQUIVALENT: dict[str, str] = {
     "with `agenthub serve-rm` and give env_kwargs.remote_rm_url",
     "reward.normalize_enable": "agenthub does not normalise rewards with running statistics; "
     "its rewards are the env's",
+    "reward.overlong_penalty_factor": "OpenRLHF applies it only with --overlong_buffer_len, "
+    "which the command does not give",
     "reward.offload": "no reward model runs inside agenthub's training",
     "ref.offload": "a DeepSpeed or kernel option agenthub does not expose",
     "ref_reward_offload": "a DeepSpeed or kernel option agenthub does not expose",

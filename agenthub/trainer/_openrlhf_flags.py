@@ -5,7 +5,8 @@ the current dotted `--algo.kl.init_coef`) and returns the `TrainConfig` settings
 the same, plus every flag that has no equivalent, each with its reason. Where OpenRLHF's
 default differs from agenthub's in a way that changes the algorithm (the KL penalty in the
 reward, PPO-clip's epsilon, synchronous training, no off-policy correction, no filtering, no
-chat template), OpenRLHF's is written out, so the config means what the command meant.
+chat template, the reward clip at +-10), OpenRLHF's is written out, so the config means what
+the command meant.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def _toml_table(table: Mapping[str, Any], path: tuple[str, ...]) -> list[str]:
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and math.isinf(value):
@@ -182,6 +185,7 @@ def translate(argv: Sequence[str]) -> Translation:
     _algorithm(read, out)
     _kl_and_clip(read, out)
     _rollout(read, out)
+    _reward(read, out)
     _learner(read, out)
     _run_and_eval(read, out)
     for name in values:
@@ -325,6 +329,51 @@ def _rollout(read: _Reader, out: Translation) -> None:
     if longest is not None:
         _set(out, "rollout.max_tokens", longest)
     _set(out, "rollout.chat_template", read.flag("data.apply_chat_template"))
+
+
+def _reward(read: _Reader, out: Translation) -> None:
+    clip = read.numbers("reward.clip_range")
+    if clip is not None and (len(clip) != 2 or not clip[0] < clip[1]):
+        raise ValueError(
+            f"--reward_clip_range takes two numbers, low then high, got {clip} (OpenRLHF "
+            "refuses it too)"
+        )
+    _set(out, "reward.clip_range", clip or [-10.0, 10.0])  # OpenRLHF's default
+    if read.has("reward.overlong_buffer_len"):
+        _overlong(read, out)
+    coef = read.number("reward.stop_properly_penalty_coef")
+    if coef is not None:
+        if coef > 1:
+            raise ValueError(
+                f"--stop_properly_penalty_coef {coef:g} must be in [0, 1] or negative (OpenRLHF "
+                "refuses it too)"
+            )
+        _set(out, "reward.stop_properly_penalty_coef", coef)
+
+
+def _overlong(read: _Reader, out: Translation) -> None:
+    buffer = read.number("reward.overlong_buffer_len")
+    if buffer is None:
+        return
+    if buffer < 1 or buffer != int(buffer):
+        raise ValueError(f"--overlong_buffer_len takes a whole number of tokens, got {buffer:g}")
+    _set(out, "reward.overlong_buffer_len", int(buffer))
+    factor = read.number("reward.overlong_penalty_factor")
+    if factor is not None:
+        _set(out, "reward.overlong_penalty_factor", factor)
+    rollout = out.settings.setdefault("rollout", {})
+    if "max_reply_tokens" not in rollout:
+        # Without --max_new_tokens OpenRLHF ends the buffer at --max_len (2048 by default).
+        rollout["max_reply_tokens"] = rollout.get("max_tokens", 2048)
+        out.notes.append(
+            "no --max_new_tokens: OpenRLHF ends the overlong buffer at --max_len, so "
+            f"rollout.max_reply_tokens = {rollout['max_reply_tokens']} is written out"
+        )
+    if buffer > rollout["max_reply_tokens"]:
+        raise ValueError(
+            f"--overlong_buffer_len {buffer:g} is longer than a reply may be "
+            f"({rollout['max_reply_tokens']} tokens; OpenRLHF refuses it too)"
+        )
 
 
 def _learner(read: _Reader, out: Translation) -> None:

@@ -149,22 +149,70 @@ def test_old_and_dotted_flags_translate_alike() -> None:
 
 def test_settings_asked_for_but_missing_are_not_yet_supported() -> None:
     translation = translate(
-        split_command(
-            "--advantage_estimator reinforce --kl_target 0.1 --kl_horizon 10000 "
-            "--reward_clip_range -10 10 --overlong_buffer_len 512 --overlong_penalty_factor 1.0 "
-            "--reward.stop_properly_penalty_coef 0.0"
-        )
+        split_command("--advantage_estimator reinforce --kl_target 0.1 --kl_horizon 10000")
     )
     flags = [u.flag for u in translation.unmapped]
-    assert flags == [
-        "--kl_target 0.1",
-        "--kl_horizon 10000",
-        "--reward_clip_range -10 10",
-        "--overlong_buffer_len 512",
-        "--overlong_penalty_factor 1.0",
-        "--reward.stop_properly_penalty_coef 0.0",
-    ]
+    assert flags == ["--kl_target 0.1", "--kl_horizon 10000"]
     assert all(u.not_yet_supported for u in translation.unmapped)
+
+
+def test_reward_shaping_flags_translate_in_either_spelling(tmp_path: Path) -> None:
+    old = (
+        "--advantage_estimator group_norm --n_samples_per_prompt 4 --max_new_tokens 1024 "
+        "--reward_clip_range -5 5 --overlong_buffer_len 256 --overlong_penalty_factor 0.5 "
+        "--stop_properly_penalty_coef -0.5"
+    )
+    dotted = (
+        "--algo.advantage.estimator group_norm --rollout.n_samples_per_prompt 4 "
+        "--rollout.max_new_tokens 1024 --reward.clip_range -5 5 "
+        "--reward.overlong_buffer_len 256 --reward.overlong_penalty_factor 0.5 "
+        "--reward.stop_properly_penalty_coef -0.5"
+    )
+    translation = translate(split_command(old))
+    assert translation.settings == translate(split_command(dotted)).settings
+    assert translation.unmapped == []
+    assert translation.settings["reward"] == {
+        "clip_range": [-5.0, 5.0],
+        "overlong_buffer_len": 256,
+        "overlong_penalty_factor": 0.5,
+        "stop_properly_penalty_coef": -0.5,
+    }
+    config = loaded(old, tmp_path)
+    assert config.reward.clip_range == (-5.0, 5.0)
+    assert config.reward.overlong_buffer_len == 256 and config.rollout.max_reply_tokens == 1024
+    assert config.reward.stop_properly_penalty_coef == -0.5
+
+
+@pytest.mark.parametrize("estimator", sorted(RECIPES))
+def test_a_recipe_clips_rewards_at_openrlhfs_default(estimator: str, tmp_path: Path) -> None:
+    assert loaded(RECIPES[estimator], tmp_path).reward.clip_range == (-10.0, 10.0)
+    assert load_config([], ["env=reward_func"]).reward.clip_range is None, "agenthub's default"
+
+
+def test_the_overlong_buffer_ends_where_openrlhf_ends_it(tmp_path: Path) -> None:
+    # Without --max_new_tokens, OpenRLHF measures the buffer against --max_len.
+    translation = translate(split_command("--max_len 4096 --overlong_buffer_len 512"))
+    assert translation.settings["rollout"]["max_reply_tokens"] == 4096
+    assert any("--max_len" in note for note in translation.notes)
+    config = loaded("--overlong_buffer_len 512", tmp_path)
+    assert config.rollout.max_reply_tokens == 2048, "OpenRLHF's default --max_len"
+    with pytest.raises(ValueError, match="longer than a reply may be"):
+        translate(split_command("--max_new_tokens 128 --overlong_buffer_len 512"))
+
+
+def test_reward_shaping_flags_openrlhf_ignores_or_refuses() -> None:
+    alone = translate(split_command("--overlong_penalty_factor 2"))
+    assert [(u.flag, u.reason) for u in alone.unmapped] == [
+        (
+            "--overlong_penalty_factor 2",
+            "OpenRLHF applies it only with --overlong_buffer_len, which the command does not give",
+        )
+    ]
+    assert "overlong_penalty_factor" not in alone.settings["reward"]
+    with pytest.raises(ValueError, match=r"must be in \[0, 1\] or negative"):
+        translate(split_command("--stop_properly_penalty_coef 2"))
+    with pytest.raises(ValueError, match="two numbers, low then high"):
+        translate(split_command("--reward_clip_range 10 -10"))
 
 
 def test_every_unmapped_flag_has_a_reason() -> None:
