@@ -15,10 +15,10 @@ from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
 from agenthub.agents._trajectory import mean_extra_logs
 from agenthub.trainer._cluster import Cluster
-from agenthub.trainer._config import AlgorithmConfig, RewardConfig, TrainConfig
+from agenthub.trainer._config import AlgorithmConfig, TrainConfig
 from agenthub.trainer._control import RunControl, StopReason
 from agenthub.trainer._metrics import ShapingStats, StepRecord, StepTiming
-from agenthub.trainer._shaping import RewardShaping
+from agenthub.trainer._shaping import RewardConfig, RewardShaping
 
 if TYPE_CHECKING:
     from agenthub.trainer._batch import TrainBatch

@@ -15,10 +15,11 @@ torch = pytest.importorskip("torch", reason="the trainer needs the train extra")
 from agenthub.agents import Trajectory  # noqa: E402
 from agenthub.trainer._advantages import advantages  # noqa: E402
 from agenthub.trainer._assembly import Batch  # noqa: E402
-from agenthub.trainer._config import ConfigError, RewardConfig, load_config  # noqa: E402
+from agenthub.trainer._config import ConfigError, load_config  # noqa: E402
 from agenthub.trainer._loop import Trainer  # noqa: E402
 from agenthub.trainer._metrics import ShapingStats, StepTiming, read_metrics  # noqa: E402
 from agenthub.trainer._shaping import (  # noqa: E402
+    RewardConfig,
     RewardShaping,
     longest_reply,
     overlong_penalty,
