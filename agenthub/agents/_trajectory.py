@@ -56,7 +56,7 @@ class Trajectory(BaseModel):
     samples the episode is (its seeds derive from it), so a resumed run plays the ones missing.
     `finish_reasons` has one entry per model reply, in order: `length` where the engine cut the
     reply at its token limit (`max_reply_tokens`, or the room left under `max_tokens`), `stop`
-    where it ended on its own (empty in trajectories recorded before it existed).
+    where it ended on its own (empty where they were not recorded: older trajectories, the REPL).
     """
 
     model_config = ConfigDict(extra="forbid")
