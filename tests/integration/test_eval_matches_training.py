@@ -61,5 +61,8 @@ def test_eval_and_the_trainer_s_held_out_evaluation_give_the_same_reward(tmp_pat
     assert trained.model_dump(include=set(same)) == evaluated.model_dump(include=set(same)), (
         json.dumps([trained.model_dump(), evaluated.model_dump()], indent=1)
     )
-    # The trainer's loop still reads the figures it logs by their old keys.
-    assert trained["reward"] == evaluated.mean_reward and trained["errors"] == 0
+    # What the trainer logs and reports as the held-out reward: the same number.
+    from agenthub.trainer._evaluation import evaluated_record, held_out_reward
+
+    assert held_out_reward(trained) == evaluated.mean_reward
+    assert evaluated_record(trained, 0)["eval/reward"] == evaluated.mean_reward

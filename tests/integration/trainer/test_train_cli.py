@@ -62,7 +62,10 @@ def _state(out: Path) -> dict:  # type: ignore[type-arg]
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "WANDB_SILENT": "true"}
+    # Ray started in this test process (the queue's tests) sets RAY_AUTH_MODE for itself and
+    # its children; a run starts from a user's shell, which has none.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    return {**env, "WANDB_SILENT": "true"}
 
 
 def _start(out: Path, log: Path, *args: str) -> subprocess.Popen[str]:
