@@ -7,7 +7,7 @@ control plane) drives simulated engines and a simulated learner that only sleep
 
 - an engine decodes 32 sequences at once (rollout.concurrency) at 64 tokens/s each;
 - an episode is 4 turns of a 256-token reply and an env step of lognormal latency (mean 2 s,
-  sigma 1.0: the slowest 1% take over 9 s), a 512-token prompt and 64-token observations;
+  sigma 1.0: the slowest 1% take over 12 s), a 512-token prompt and 64-token observations;
 - a group is 8 episodes of a task, a learner step 8 groups (64 trajectories, 110,592 tokens)
   at 96 us per token (10.6 s);
 - a weight sync moves 14e9 bytes (7B parameters in bf16) at 0.1 ns per byte (1.4 s), after
@@ -15,17 +15,23 @@ control plane) drives simulated engines and a simulated learner that only sleep
 
 So one worker finishes 1.33 trajectories/s, the learner trains 5.3/s: 4 workers balance it.
 Every sleep lasts 1/40 of the model's time (`--time-scale`); the figures below are in model
-seconds. The simulated parts burn no CPU, so what the run's processes use is the
-orchestration's own: its CPU time is measured and, as it would not grow with the model's
-times, subtracted from the measured time before scaling (`net`; the raw figures beside it).
+seconds. The simulated parts burn no CPU, so what the run's processes use (this one, Ray's
+and every actor's) is the orchestration's own: its CPU time over the measured steps is
+printed as cores busy. It is not subtracted: it runs beside the sleeps, and what of it
+delays the learner is already in the idle figure, 40 times heavier against the model's
+times than at full scale, so the figures err on the pessimistic side. `--no-drain` lets
+weight updates land while generations are in flight instead of waiting for them.
 
-For each worker count, synchronous (`algorithm.max_staleness=0`) and asynchronous (default,
-1): learner idle fraction, trajectories/s against the model's ideal `min(rollout capacity,
-learner capacity)`, and the async/sync speed-up. Targets: learner idle < 10% once rollout
+For each worker count, synchronous (`algorithm.max_staleness=0`) and asynchronous
+(`--staleness`, 4 by default: a group takes 2-4 learner steps to finish here, its slowest
+episode's four turns, so admission must let 3-5 batches' worth of groups be in flight; at
+the default of 1 most groups wait for admission or come back too stale): learner idle
+fraction, trajectories/s against the model's ideal `min(rollout capacity, learner
+capacity)`, and the async/sync speed-up. Targets: learner idle < 10% once rollout
 capacity exceeds the learner's by 20%; async >= 1.7x sync where they balance (2x is the
 limit); efficiency >= 0.9 at 16 workers. The last line is the efficiency at the balance.
 
-    python benchmarks/cluster_sim.py [--workers 1,2,4,8,16] [--steps 14] [--time-scale 0.025]
+    python benchmarks/cluster_sim.py [--workers 1,2,4,8,16] [--steps 14] [--no-drain]
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import psutil
 import agenthub
 from agenthub.trainer._config import TrainConfig, load_config
 from agenthub.trainer._loop import Trainer
-from agenthub.trainer._metrics import StepReport
+from agenthub.trainer._metrics import StepReport, read_metrics
 from agenthub.trainer._sim import SimCluster, SimModel
 
 BATCH_GROUPS, SAMPLES, CONCURRENCY = 8, 8, 32
@@ -53,11 +59,10 @@ class Point:
     workers: int
     staleness: int
     idle: float
-    idle_net: float
     per_s: float
-    per_s_net: float
     ideal: float
     cpu_cores: float
+    stale: float
 
 
 class _Window:
@@ -117,12 +122,12 @@ def run_point(
     window = _Window(skip, steps)
     with tempfile.TemporaryDirectory() as out:
         Trainer(cfg, Path(out), log=lambda _: None, on_step=window.on_step, cluster=cluster).run()
+        records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if "train/reward" in r]
+    stale = sum(r["groups/stale"] for r in records)
+    stale_share = stale / (stale + sum(r["groups/trained"] for r in records))
     wall = window.end - window.start
     busy = sum(max(0.0, min(b, window.end) - max(a, window.start)) for a, b in made[0].learner_busy)
     cpu = window.cpu_end - window.cpu_start
-    # The orchestration's CPU time does not scale with the model; on the critical path it is
-    # at most the measured time's share of it on the cores it ran on.
-    net = max(wall - cpu / (os.cpu_count() or 1), busy)
     trained = (steps - skip) * BATCH_GROUPS * SAMPLES
     scale = model.time_scale
     ideal = min(
@@ -133,11 +138,10 @@ def run_point(
         workers,
         staleness,
         idle=1 - busy / wall,
-        idle_net=1 - busy / net,
         per_s=trained / wall * scale,
-        per_s_net=trained / net * scale,
         ideal=ideal,
         cpu_cores=cpu / wall,
+        stale=stale_share,
     )
 
 
@@ -146,11 +150,15 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker counts to sweep")
     parser.add_argument("--steps", type=int, default=14, help="learner steps per run")
     parser.add_argument("--skip", type=int, default=3, help="warm-up steps left out")
+    parser.add_argument("--staleness", type=int, default=4, help="async max_staleness")
     parser.add_argument("--time-scale", type=float, default=1 / 40, help="sleep / model time")
+    parser.add_argument(
+        "--no-drain", action="store_true", help="weight updates do not wait for generations"
+    )
     args = parser.parse_args()
     import ray
 
-    model = replace(SimModel(), time_scale=args.time_scale)
+    model = replace(SimModel(), time_scale=args.time_scale, update_drains=not args.no_drain)
     counts = [int(w) for w in args.workers.split(",")]
     agenthub.register("cluster-sim", "agenthub.trainer._sim:SimTasks", override=True)
     os.environ.setdefault("RAY_worker_niceness", "0")
@@ -166,15 +174,16 @@ def main() -> None:
         f"{model.turns} turns x {model.reply_tokens} tokens, env lognormal mean "
         f"{model.env_mean_s:g} s sigma {model.env_sigma:g}, learner "
         f"{model.learner_s_per_token * 1e6:g} us/token, sync {model.param_bytes:.3g} B x "
-        f"{model.sync_s_per_byte * 1e9:g} ns/B, time scale {model.time_scale:g}"
+        f"{model.sync_s_per_byte * 1e9:g} ns/B, updates "
+        f"{'drain' if model.update_drains else 'in flight'}, time scale {model.time_scale:g}"
     )
     print(
         f"capacity: {model.rollout_capacity(1, CONCURRENCY):.2f} trajectories/s per worker, "
         f"learner {learner_cap:.2f}/s"
     )
     print(
-        "workers  rollout/learner  mode   idle   idle(net)  traj/s  ideal  eff   eff(net)  "
-        "cores  speed-up"
+        f"workers  rollout/learner  mode (max_staleness 0/{args.staleness})  learner idle  "
+        "traj/s  ideal  efficiency  stale groups  cores  async/sync"
     )
     balanced: tuple[float, float] | None = None
     with tempfile.TemporaryDirectory() as scratch:
@@ -183,21 +192,21 @@ def main() -> None:
         for workers in counts:
             ratio = model.rollout_capacity(workers, CONCURRENCY) / learner_cap
             points = {}
-            for staleness, mode in ((0, "sync"), (1, "async")):
+            for staleness, mode in ((0, "sync"), (args.staleness, "async")):
                 p = run_point(model, model_path, workers, staleness, args.steps, args.skip)
                 points[mode] = p
                 speed = ""
                 if mode == "async":
-                    speed = f"{p.per_s_net / points['sync'].per_s_net:.2f}x"
+                    speed = f"{p.per_s / points['sync'].per_s:.2f}x"
                 print(
-                    f"{workers:7d}  {ratio:15.2f}  {mode:5s}  {p.idle:5.1%}  {p.idle_net:9.1%}  "
-                    f"{p.per_s:6.2f}  {p.ideal:5.2f}  {p.per_s / p.ideal:4.2f}  "
-                    f"{p.per_s_net / p.ideal:8.2f}  {p.cpu_cores:5.2f}  {speed}",
+                    f"{workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  {p.per_s:6.2f}  "
+                    f"{p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
+                    f"{p.cpu_cores:5.2f}  {speed}",
                     flush=True,
                 )
             if abs(ratio - 1) < 0.2:
                 a = points["async"]
-                balanced = (a.per_s_net / a.ideal, a.per_s_net / points["sync"].per_s_net)
+                balanced = (a.per_s / a.ideal, a.per_s / points["sync"].per_s)
     ray.shutdown()
     if balanced is not None:
         print(

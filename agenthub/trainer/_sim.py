@@ -44,7 +44,8 @@ class SimModel:
     latency (mean `env_mean_s`, log-space deviation `env_sigma`: a heavy tail). A learner step
     takes `learner_s_per_token` per token of its batch; a weight sync `sync_s_per_byte` per
     byte of `param_bytes`, once every engine has let its in-flight generations finish, as
-    vLLM's engines do before a weight update.
+    vLLM's engines do before a weight update (`update_drains`; False: the update lands while
+    generations are in flight, which go on, their tokens counted as the old version's).
     """
 
     decode_tokens_per_s: float = 64.0
@@ -58,6 +59,7 @@ class SimModel:
     param_bytes: float = 14e9
     sync_s_per_byte: float = 0.1e-9
     time_scale: float = 1 / 40
+    update_drains: bool = True
 
     @property
     def generate_s(self) -> float:
@@ -152,7 +154,8 @@ class _SimEngine:
     async def start_update(self, version: int) -> None:
         async with self._gate:
             self._syncing = True
-            await self._gate.wait_for(lambda: self._in_flight == 0)
+            if self.model.update_drains:
+                await self._gate.wait_for(lambda: self._in_flight == 0)
         self._incoming = version
 
     async def finish_update(self) -> None:
