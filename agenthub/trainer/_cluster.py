@@ -93,10 +93,19 @@ class Cluster(Protocol):
 class RayCluster:
     """The run's Ray actors: `rollout_workers` workers, the learner, the admission gate and the
     bounded trajectory queue. `start()` starts the engines, `open_weight_sync()` joins them to
-    the learner, `run_workers()` sets rollouts going, `aclose()` ends every actor."""
+    the learner, `run_workers()` sets rollouts going, `aclose()` ends every actor.
+    `rollout_worker` and `learner` replace the actor classes (`RolloutWorker`, `LearnerWorker`)
+    with others of the same methods: the cluster simulation's (`agenthub.trainer._sim`)."""
 
     def __init__(
-        self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
+        self,
+        cfg: TrainConfig,
+        model_path: Path,
+        version: int,
+        tasks_drawn: list[int],
+        *,
+        rollout_worker: type | None = None,
+        learner: type | None = None,
     ) -> None:
         from agenthub.trainer._queue import TrajectoryQueue
         from agenthub.trainer._workers import Admission, LearnerWorker, RolloutWorker
@@ -109,12 +118,12 @@ class RayCluster:
         self.admission = _actor(Admission, num_cpus=0, max_concurrency=10_000).remote(
             groups, staleness, version
         )
-        self.learner = _actor(LearnerWorker, num_cpus=1, num_gpus=cfg.ray.learner_num_gpus).remote(
-            config, str(model_path)
-        )
+        self.learner = _actor(
+            learner or LearnerWorker, num_cpus=1, num_gpus=cfg.ray.learner_num_gpus
+        ).remote(config, str(model_path))
         self.workers = [
             _actor(
-                RolloutWorker,
+                rollout_worker or RolloutWorker,
                 num_cpus=1,
                 num_gpus=cfg.ray.worker_num_gpus,
                 max_concurrency=10_000,

@@ -1,0 +1,219 @@
+"""Learner idle, throughput and async speed-up at 1-16 rollout workers, by simulation.
+
+The real trainer orchestration (the `Trainer` loop, Ray actors, the bounded trajectory queue,
+staleness admission, batch assembly and triage, weight publishing through vLLM's weight-sync
+control plane) drives simulated engines and a simulated learner that only sleep
+(`agenthub.trainer._sim`), so 2 cores host 16 workers. The model, in a real cluster's seconds:
+
+- an engine decodes 32 sequences at once (rollout.concurrency) at 64 tokens/s each;
+- an episode is 4 turns of a 256-token reply and an env step of lognormal latency (mean 2 s,
+  sigma 1.0: the slowest 1% take over 12 s), a 512-token prompt and 64-token observations;
+- a group is 8 episodes of a task, a learner step 8 groups (64 trajectories, 110,592 tokens)
+  at 96 us per token (10.6 s);
+- a weight sync moves 14e9 bytes (7B parameters in bf16) at 0.1 ns per byte (1.4 s), after
+  every engine has let its in-flight generations finish, as vLLM's engines do.
+
+So one worker finishes 1.33 trajectories/s, the learner trains 5.3/s: 4 workers balance it.
+Every sleep lasts 1/40 of the model's time (`--time-scale`); the figures below are in model
+seconds. The simulated parts burn no CPU, so what the run's processes use (this one, Ray's
+and every actor's) is the orchestration's own: its CPU time over the measured steps is
+printed as cores busy. It is not subtracted: it runs beside the sleeps, and what of it
+delays the learner is already in the idle figure, 40 times heavier against the model's
+times than at full scale, so the figures err on the pessimistic side. `--no-drain` lets
+weight updates land while generations are in flight instead of waiting for them.
+
+For each worker count, synchronous (`algorithm.max_staleness=0`) and asynchronous
+(`--staleness`, 4 by default: a group takes 2-4 learner steps to finish here, its slowest
+episode's four turns, so admission must let 3-5 batches' worth of groups be in flight; at
+the default of 1 most groups wait for admission or come back too stale): learner idle
+fraction, trajectories/s against the model's ideal `min(rollout capacity, learner
+capacity)`, and the async/sync speed-up. Targets: learner idle < 10% once rollout
+capacity exceeds the learner's by 20%; async >= 1.7x sync where they balance (2x is the
+limit); efficiency >= 0.9 at 16 workers. The last line is the efficiency at the balance.
+
+    python benchmarks/cluster_sim.py [--workers 1,2,4,8,16] [--steps 14] [--no-drain]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import psutil
+
+import agenthub
+from agenthub.trainer._config import TrainConfig, load_config
+from agenthub.trainer._loop import Trainer
+from agenthub.trainer._metrics import StepReport, read_metrics
+from agenthub.trainer._sim import SimCluster, SimModel
+
+BATCH_GROUPS, SAMPLES, CONCURRENCY = 8, 8, 32
+
+
+@dataclass
+class Point:
+    workers: int
+    staleness: int
+    idle: float
+    per_s: float
+    ideal: float
+    cpu_cores: float
+    stale: float
+
+
+class _Window:
+    """The measured steps: from the end of warm-up step `skip` to the last step, the wall time
+    and the CPU time of this process and every one it started (Ray's and the actors')."""
+
+    def __init__(self, skip: int, last: int) -> None:
+        self.skip, self.last = skip, last
+        self.start = self.end = 0.0
+        self.cpu_start = self.cpu_end = 0.0
+
+    def on_step(self, report: StepReport) -> None:
+        if report.step == self.skip:
+            self.start, self.cpu_start = time.monotonic(), _cpu_s()
+        elif report.step == self.last:
+            self.end, self.cpu_end = time.monotonic(), _cpu_s()
+
+
+def _cpu_s() -> float:
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:  # it ended meanwhile
+            continue
+        total += times.user + times.system
+    return total
+
+
+def run_point(
+    model: SimModel, model_path: Path, workers: int, staleness: int, steps: int, skip: int
+) -> Point:
+    cfg = load_config(
+        [],
+        [
+            "env=cluster-sim",
+            f"ray.rollout_workers={workers}",
+            f"algorithm.max_staleness={staleness}",
+            f"algorithm.batch_groups={BATCH_GROUPS}",
+            f"rollout.n_samples_per_prompt={SAMPLES}",
+            f"rollout.concurrency={CONCURRENCY}",
+            "algorithm.filter_groups=false",
+            "eval.every=0",
+            "run.wandb=disabled",
+            f"run.max_steps={steps}",
+            f"run.checkpoint_every={steps}",
+            "run.save_trajectories=0",
+        ],
+    )
+    made: list[SimCluster] = []
+
+    def cluster(c: TrainConfig, version: int, drawn: list[int]) -> SimCluster:
+        made.append(SimCluster(c, model_path, version, drawn))
+        return made[-1]
+
+    window = _Window(skip, steps)
+    with tempfile.TemporaryDirectory() as out:
+        Trainer(cfg, Path(out), log=lambda _: None, on_step=window.on_step, cluster=cluster).run()
+        records = [r for r in read_metrics(Path(out) / "metrics.jsonl") if "train/reward" in r]
+    stale = sum(r["groups/stale"] for r in records)
+    stale_share = stale / (stale + sum(r["groups/trained"] for r in records))
+    wall = window.end - window.start
+    busy = sum(max(0.0, min(b, window.end) - max(a, window.start)) for a, b in made[0].learner_busy)
+    cpu = window.cpu_end - window.cpu_start
+    trained = (steps - skip) * BATCH_GROUPS * SAMPLES
+    scale = model.time_scale
+    ideal = min(
+        model.rollout_capacity(workers, CONCURRENCY),
+        model.learner_capacity(BATCH_GROUPS * SAMPLES),
+    )
+    return Point(
+        workers,
+        staleness,
+        idle=1 - busy / wall,
+        per_s=trained / wall * scale,
+        ideal=ideal,
+        cpu_cores=cpu / wall,
+        stale=stale_share,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="1,2,4,8,16", help="worker counts to sweep")
+    parser.add_argument("--steps", type=int, default=14, help="learner steps per run")
+    parser.add_argument("--skip", type=int, default=3, help="warm-up steps left out")
+    parser.add_argument("--staleness", type=int, default=4, help="async max_staleness")
+    parser.add_argument("--time-scale", type=float, default=1 / 40, help="sleep / model time")
+    parser.add_argument(
+        "--no-drain", action="store_true", help="weight updates do not wait for generations"
+    )
+    args = parser.parse_args()
+    import ray
+
+    model = replace(SimModel(), time_scale=args.time_scale, update_drains=not args.no_drain)
+    counts = [int(w) for w in args.workers.split(",")]
+    agenthub.register("cluster-sim", "agenthub.trainer._sim:SimTasks", override=True)
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    ray.init(
+        num_cpus=max(counts) + 2,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+    )
+    learner_cap = model.learner_capacity(BATCH_GROUPS * SAMPLES)
+    print(
+        f"model: {CONCURRENCY} x {model.decode_tokens_per_s:g} tok/s per engine, "
+        f"{model.turns} turns x {model.reply_tokens} tokens, env lognormal mean "
+        f"{model.env_mean_s:g} s sigma {model.env_sigma:g}, learner "
+        f"{model.learner_s_per_token * 1e6:g} us/token, sync {model.param_bytes:.3g} B x "
+        f"{model.sync_s_per_byte * 1e9:g} ns/B, updates "
+        f"{'drain' if model.update_drains else 'in flight'}, time scale {model.time_scale:g}"
+    )
+    print(
+        f"capacity: {model.rollout_capacity(1, CONCURRENCY):.2f} trajectories/s per worker, "
+        f"learner {learner_cap:.2f}/s"
+    )
+    print(
+        f"workers  rollout/learner  mode (max_staleness 0/{args.staleness})  learner idle  "
+        "traj/s  ideal  efficiency  stale groups  cores  async/sync"
+    )
+    balanced: tuple[float, float] | None = None
+    with tempfile.TemporaryDirectory() as scratch:
+        model_path = Path(scratch) / "sim-model.json"
+        model.save(model_path)
+        for workers in counts:
+            ratio = model.rollout_capacity(workers, CONCURRENCY) / learner_cap
+            points = {}
+            for staleness, mode in ((0, "sync"), (args.staleness, "async")):
+                p = run_point(model, model_path, workers, staleness, args.steps, args.skip)
+                points[mode] = p
+                speed = ""
+                if mode == "async":
+                    speed = f"{p.per_s / points['sync'].per_s:.2f}x"
+                print(
+                    f"{workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  {p.per_s:6.2f}  "
+                    f"{p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
+                    f"{p.cpu_cores:5.2f}  {speed}",
+                    flush=True,
+                )
+            if abs(ratio - 1) < 0.2:
+                a = points["async"]
+                balanced = (a.per_s / a.ideal, a.per_s / points["sync"].per_s)
+    ray.shutdown()
+    if balanced is not None:
+        print(
+            f"balanced point: async/sync {balanced[1]:.2f}x; "
+            f"efficiency at the balanced point: {balanced[0]:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The cluster simulation (`agenthub.trainer._sim`) under the real Trainer on Ray: what
+`benchmarks/cluster_sim.py` measures is the real loop, queue, admission and weight sync."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray", reason="the cluster simulation needs the train extra")
+
+import agenthub
+from agenthub.trainer._config import TrainConfig, load_config
+from agenthub.trainer._loop import Trainer
+from agenthub.trainer._metrics import read_metrics
+from agenthub.trainer._sim import SimCluster, SimModel
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def ray_cpus() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _run(tmp_path: Path, staleness: int) -> tuple[list[dict[str, float]], SimCluster]:
+    agenthub.register("cluster-sim", "agenthub.trainer._sim:SimTasks", override=True)
+    model = SimModel(time_scale=1 / 400)
+    model.save(tmp_path / "sim-model.json")
+    cfg = load_config(
+        [],
+        [
+            "env=cluster-sim",
+            "ray.rollout_workers=2",
+            f"algorithm.max_staleness={staleness}",
+            "algorithm.batch_groups=2",
+            "rollout.n_samples_per_prompt=4",
+            "rollout.concurrency=8",
+            "algorithm.filter_groups=false",
+            "eval.every=0",
+            "run.wandb=disabled",
+            "run.max_steps=4",
+            "run.checkpoint_every=4",
+        ],
+    )
+    made: list[SimCluster] = []
+
+    def cluster(c: TrainConfig, version: int, drawn: list[int]) -> SimCluster:
+        made.append(SimCluster(c, tmp_path / "sim-model.json", version, drawn))
+        return made[-1]
+
+    summary = Trainer(cfg, tmp_path / "run", log=lambda _: None, cluster=cluster).run()
+    assert summary.steps == 4
+    records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "train/reward" in r]
+    return records, made[0]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_the_simulated_cluster_trains_through_the_real_trainer(
+    tmp_path: Path, ray_cpus: None, staleness: int
+) -> None:
+    records, cluster = _run(tmp_path, staleness)
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert all(r["staleness/max"] <= staleness for r in records)
+    # every step learned and sent its weights: a learn and a transfer interval each
+    assert len(cluster.learner_busy) == 2 * 4
+    starts = [a for a, _ in cluster.learner_busy]
+    assert starts == sorted(starts), "the learner does one thing at a time"
+    model = SimModel(time_scale=1 / 400)
+    tokens = 2 * 4 * model.trajectory_tokens
+    learn_s = [b - a for a, b in cluster.learner_busy[::2]]
+    assert min(learn_s) >= model.sleep_s(model.learn_s(tokens)) * 0.95
