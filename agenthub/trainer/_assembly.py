@@ -202,6 +202,7 @@ class Batch:
             [t.logprobs for t in trajectories],
             adv,
             rewards=rewards if critic else None,
+            policy_versions=[t.policy_versions for t in trajectories],
         )
 
     def record(
