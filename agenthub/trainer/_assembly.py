@@ -197,6 +197,7 @@ class Batch:
         rewards, self.shaping_stats = self.shaping.rewards(trajectories)
         self.shaped = rewards if self.shaping_stats else None
         group_size = len(self.groups[0])
+        versions = [t.policy_versions for t in trajectories]  # the gap metrics split by it
         if algo.estimator == "gae":
             clipped, clip_stats = self.shaping.clip(torch.tensor(rewards, dtype=torch.float32))
             self.shaping_stats += clip_stats
@@ -206,6 +207,7 @@ class Batch:
                 [t.logprobs for t in trajectories],
                 [0.0] * len(rewards),
                 rewards=clipped.tolist(),
+                policy_versions=versions,
             )
         _, clip_stats = self.shaping.clip(sequence_values(rewards, group_size, algo.estimator))
         self.shaping_stats += clip_stats
@@ -222,6 +224,7 @@ class Batch:
             [t.loss_mask for t in trajectories],
             [t.logprobs for t in trajectories],
             adv,
+            policy_versions=versions,
         )
 
     def record(

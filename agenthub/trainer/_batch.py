@@ -21,6 +21,7 @@ class TrainBatch:
     rollout_logprobs: torch.Tensor  # [B, T] the rollout engine's logprobs, 0 where mask is 0
     advantages: torch.Tensor  # [B] per sequence, or [B, T] per token
     rewards: torch.Tensor | None = None  # [B] episode rewards, for a learner with a critic
+    policy_versions: torch.Tensor | None = None  # [B, T] long: the policy that sampled each token
 
     @classmethod
     def collate(
@@ -31,6 +32,7 @@ class TrainBatch:
         advantages: Sequence[float] | torch.Tensor,
         *,
         rewards: Sequence[float] | None = None,
+        policy_versions: Sequence[Sequence[int]] | None = None,
         pad_id: int = 0,
     ) -> TrainBatch:
         if not tokens:
@@ -55,6 +57,7 @@ class TrainBatch:
             logprobs,
             torch.as_tensor(advantages, dtype=torch.float32),
             None if rewards is None else torch.as_tensor(rewards, dtype=torch.float32),
+            None if policy_versions is None else _versions(policy_versions, tokens, width),
         )
 
     def __len__(self) -> int:
@@ -71,6 +74,7 @@ class TrainBatch:
             per_token(self.rollout_logprobs),
             adv(self.advantages),
             None if self.rewards is None else per_sequence(self.rewards),
+            None if self.policy_versions is None else per_token(self.policy_versions),
         )
 
     def to(self, device: torch.device | str) -> TrainBatch:
@@ -92,6 +96,18 @@ class TrainBatch:
 
     def slice(self, start: int, stop: int) -> TrainBatch:
         return self._map(lambda t: t[start:stop], lambda t: t[start:stop])
+
+
+def _versions(
+    versions: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]], width: int
+) -> torch.Tensor:
+    """[B, T] policy versions, padded with -1 (no policy sampled padding)."""
+    out = torch.full((len(tokens), width), -1, dtype=torch.long)
+    for i, (v, t) in enumerate(zip(versions, tokens, strict=True)):
+        if len(v) != len(t):
+            raise ValueError(f"sequence {i}: tokens and policy versions differ in length")
+        out[i, : len(v)] = torch.tensor(v, dtype=torch.long)
+    return out
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:

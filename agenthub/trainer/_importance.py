@@ -2,7 +2,9 @@
 
 The learner's `old_logprobs` (the policy that is being improved, evaluated by the trainer)
 and the engine's `rollout_logprobs` (what actually sampled the tokens) differ because of
-staleness and numerics; the token ratio exp(old - rollout) re-weights the loss.
+staleness and numerics; the token ratio exp(old - rollout) re-weights the loss. `GapMeter`
+measures that difference over a learner step, split by whether the learner's current policy
+sampled the token, and what the correction did about it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ class ImportanceWeights:
     """Fraction of model tokens whose ratio was clamped into [low, high]."""
     masked_fraction: float
     """Fraction of model tokens given weight 0 by the correction."""
+    clipped: torch.Tensor
+    """[batch, tokens] bool: model tokens whose ratio was clamped."""
+    masked: torch.Tensor
+    """[batch, tokens] bool: model tokens given weight 0."""
 
 
 def importance_weights(
@@ -41,16 +47,22 @@ def importance_weights(
     - `seq-mask-tis`: sequences whose geometric-mean ratio (exp of the mean log ratio over
       their model tokens) lies outside [low, high] get weight 0 throughout; the others get
       `tis` weights.
+    - `none`: no correction, weight 1 on every model token.
 
     All tensors are [batch, tokens]; a row with no model tokens gets all-zero weights.
     """
-    if mode not in IMPORTANCE_MODES:
-        raise ValueError(f"unknown importance mode {mode!r}; choose one of {IMPORTANCE_MODES}")
+    if mode not in (*IMPORTANCE_MODES, "none"):
+        raise ValueError(
+            f"unknown importance mode {mode!r}; choose one of {(*IMPORTANCE_MODES, 'none')}"
+        )
     if not 0 < low <= 1 <= high:
         raise ValueError(
             f"importance bounds must satisfy 0 < low <= 1 <= high, got [{low}, {high}]"
         )
     m = mask.to(old_logprobs.dtype)
+    if mode == "none":
+        nothing = torch.zeros_like(mask, dtype=torch.bool)
+        return ImportanceWeights(m, 0.0, 0.0, nothing, nothing)
     log_ratio = ((old_logprobs - rollout_logprobs) * m).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = log_ratio.exp()
     outside = ((ratio < low) | (ratio > high)) & (m > 0)
@@ -69,4 +81,80 @@ def importance_weights(
         weights=weights.detach(),
         clipped_fraction=float(clipped.sum() / total),
         masked_fraction=float((m - keep).sum() / total),
+        clipped=clipped > 0,
+        masked=(m - keep) > 0,
     )
+
+
+class GapMeter:
+    """The train/inference gap of one learner step, added up over its micro-batches.
+
+    The gap of a model token is |learner old logprob - rollout logprob|: the learner's
+    logprob of the token before the step against the engine's when it sampled it. A token is
+    `current` when the policy version that sampled it is the learner's own (only numerics
+    differ), `stale` when an older policy sampled it. `metrics()` gives:
+
+    - `gap/mean`, `gap/max`: over every model token of the batch;
+    - `gap/current_mean`, `gap/current_max`, `gap/stale_mean`, `gap/stale_max`: the same over
+      current and stale tokens (each only when the batch has such tokens and knows versions);
+    - `gap/stale_tokens`: the fraction of model tokens that are stale;
+    - `is_clipped`, `is_masked`: the fraction of model tokens whose importance ratio was
+      clamped (TIS, seq-mask-TIS) or which got weight 0 (ICEPOP, seq-mask-TIS);
+    - `is_masked_sequences`: the fraction of sequences with model tokens that got weight 0 on
+      every one of them (nothing of them is learned).
+    """
+
+    def __init__(self) -> None:
+        self._sums = {"all": 0.0, "current": 0.0, "stale": 0.0}
+        self._counts = {"all": 0, "current": 0, "stale": 0}
+        self._maxes = {"all": 0.0, "current": 0.0, "stale": 0.0}
+        self._versions_known = True
+        self._clipped = self._masked = 0
+        self._sequences = self._masked_sequences = 0
+
+    def add(
+        self,
+        old_logprobs: torch.Tensor,
+        rollout_logprobs: torch.Tensor,
+        mask: torch.Tensor,
+        correction: ImportanceWeights,
+        current: torch.Tensor | None = None,
+    ) -> None:
+        """One micro-batch; `current` is [batch, tokens] bool, True where the learner's own
+        policy version sampled the token (None: versions unknown, no split)."""
+        model = mask > 0
+        gap = (old_logprobs.detach() - rollout_logprobs).abs().float()
+        kinds = {"all": model}
+        if current is None:
+            self._versions_known = False
+        else:
+            kinds |= {"current": model & current, "stale": model & ~current}
+        for kind, where in kinds.items():
+            picked = gap[where]
+            if picked.numel():
+                self._sums[kind] += float(picked.sum())
+                self._counts[kind] += int(picked.numel())
+                self._maxes[kind] = max(self._maxes[kind], float(picked.max()))
+        self._clipped += int((correction.clipped & model).sum())
+        self._masked += int((correction.masked & model).sum())
+        has_tokens = model.any(dim=1)
+        all_masked = ((correction.masked | ~model).all(dim=1)) & has_tokens
+        self._sequences += int(has_tokens.sum())
+        self._masked_sequences += int(all_masked.sum())
+
+    def metrics(self) -> dict[str, float]:
+        tokens = max(self._counts["all"], 1)
+        out = {
+            "gap/mean": self._sums["all"] / tokens,
+            "gap/max": self._maxes["all"],
+            "is_clipped": self._clipped / tokens,
+            "is_masked": self._masked / tokens,
+            "is_masked_sequences": self._masked_sequences / max(self._sequences, 1),
+        }
+        if self._versions_known:
+            out["gap/stale_tokens"] = self._counts["stale"] / tokens
+            for kind in ("current", "stale"):
+                if self._counts[kind]:
+                    out[f"gap/{kind}_mean"] = self._sums[kind] / self._counts[kind]
+                    out[f"gap/{kind}_max"] = self._maxes[kind]
+        return out

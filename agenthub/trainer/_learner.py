@@ -13,8 +13,8 @@ from pydantic import Field
 
 from agenthub.trainer._batch import TrainBatch, token_logprobs
 from agenthub.trainer._critic import Critic, CriticConfig
-from agenthub.trainer._importance import importance_weights
-from agenthub.trainer._loss import Aggregation, kl_divergence, policy_loss
+from agenthub.trainer._importance import GapMeter, importance_weights
+from agenthub.trainer._loss import Aggregation, KLController, kl_divergence, policy_loss
 from agenthub.trainer._section import ConfigSection
 
 MODEL_CHECKPOINT = "agenthub_checkpoint.json"
@@ -48,7 +48,15 @@ class LearnerConfig(ConfigSection):
     importance_high: float = Field(5.0, ge=1)
     """Upper bound of the token (or sequence) importance ratio."""
     kl_coef: float = Field(0.0, ge=0)
-    """Weight of the KL term against the reference model (0: no reference model is loaded)."""
+    """Weight of the KL term against the reference model (0: no reference model is loaded);
+    with `kl_target`, the starting weight (OpenRLHF's `init_kl_coef`)."""
+    kl_target: float | None = Field(None, gt=0)
+    """Adapt the KL weight each step towards this mean KL per token (Ziegler et al. 2019, as
+    OpenRLHF's `--kl_target`); None keeps `kl_coef` fixed. The weight in use is logged as
+    `learner/kl_coef` and saved with each checkpoint."""
+    kl_horizon: int = Field(10000, ge=1)
+    """With `kl_target`: how many sampled sequences the weight takes to move by a factor of
+    about e^0.2 while the KL stays off target (OpenRLHF's `--kl_horizon`)."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """Per-token KL estimator."""
     kl_mode: Literal["loss", "reward"] = "loss"
@@ -103,8 +111,11 @@ class Learner:
 
     `step` computes the learner's logprobs of the batch before updating (`old`), weights
     tokens by the off-policy correction between those and the rollout engine's logprobs,
-    applies PPO-clip (and a KL term when `kl_coef` > 0), accumulates over micro-batches and
-    steps the optimiser once per epoch (`epochs`; with one, `old` costs no extra pass).
+    applies PPO-clip (and a KL term when `kl_coef` > 0, its weight adapted after each step
+    when `kl_target` is set), accumulates over micro-batches and steps the optimiser once per
+    epoch (`epochs`; with one, `old` costs no extra pass). The step's metrics include the
+    train/inference gap between `old` and the rollout logprobs (see `GapMeter`): a token is
+    current when the batch says policy version `steps` sampled it.
     With a critic (`config.critic`), the batch carries episode rewards and the critic's
     per-token GAE advantages replace its sequence advantages; the critic then takes its own
     step on the returns. `state_dict` returns the policy's full weights (gathered under
@@ -149,6 +160,7 @@ class Learner:
         if self.config.kl_coef > 0:
             self.reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
             self.reference.to(self.engine.device).eval().requires_grad_(False)
+        self.kl = KLController(self.config.kl_coef, self.config.kl_target, self.config.kl_horizon)
         self.critic: Critic | None = None
         if self.config.critic is not None:
             self.critic = Critic(model_path, self.config.critic, ds_config, dtype)
@@ -174,12 +186,14 @@ class Learner:
                 olds = [self._logprobs(self.engine.module, chunk) for chunk in chunks]
         totals: dict[str, float] = {}
         share = 1.0 / (len(batch) * cfg.epochs)
-        for _ in range(cfg.epochs):
+        gap = GapMeter()  # `old` is the same in every epoch: measured in the first
+        for epoch in range(cfg.epochs):
             for n, (chunk, old) in enumerate(zip(chunks, olds, strict=True)):
                 # DeepSpeed reduces gradients and steps only at the boundary, which it must
                 # know before the last micro-batch's backward pass.
                 self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
-                metrics = self._accumulate(chunk, old, len(chunk) / len(batch), width)
+                meter = gap if epoch == 0 else None
+                metrics = self._accumulate(chunk, old, len(chunk) / len(batch), width, meter)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value * len(chunk) * share
             plain = self._plain_grad_norm()
@@ -188,6 +202,10 @@ class Learner:
             totals["grad_norm"] = float(norm if norm is not None else plain)
         if self.critic is not None:
             totals.update(self.critic.fit(chunks, value_targets))
+        totals.update(gap.metrics())
+        totals["kl_coef"] = self.kl.value
+        if "kl" in totals:
+            self.kl.update(totals["kl"], len(batch))
         self.steps += 1
         return totals
 
@@ -201,10 +219,16 @@ class Learner:
         return float(torch.stack(norms).norm()) if norms else 0.0
 
     def _accumulate(
-        self, chunk: TrainBatch, old: torch.Tensor | None, scale: float, width: int
+        self,
+        chunk: TrainBatch,
+        old: torch.Tensor | None,
+        scale: float,
+        width: int,
+        gap: GapMeter | None,
     ) -> dict[str, float]:
         """Forward and backward one micro-batch; `old` None means the current policy (the first
-        epoch: the same values as the new logprobs, without gradient, and no second pass)."""
+        epoch: the same values as the new logprobs, without gradient, and no second pass).
+        `gap`, when given, measures the micro-batch's train/inference gap."""
         cfg = self.config
         mask = chunk.loss_mask
         new = self._logprobs(self.engine, chunk)
@@ -219,19 +243,19 @@ class Learner:
                 # A per-token penalty on the reward: it lowers the advantage of every token by
                 # its own KL estimate, outside the gradient.
                 per_seq = advantages[:, None] if advantages.dim() == 1 else advantages
-                advantages = per_seq - cfg.kl_coef * kl.detach()
-        if cfg.importance_mode == "none":
-            weights, clipped, masked = mask.float(), 0.0, 0.0
-        else:
-            iw = importance_weights(
-                old,
-                chunk.rollout_logprobs,
-                mask,
-                cfg.importance_mode,
-                cfg.importance_low,
-                cfg.importance_high,
-            )
-            weights, clipped, masked = iw.weights, iw.clipped_fraction, iw.masked_fraction
+                advantages = per_seq - self.kl.value * kl.detach()
+        iw = importance_weights(
+            old,
+            chunk.rollout_logprobs,
+            mask,
+            cfg.importance_mode,
+            cfg.importance_low,
+            cfg.importance_high,
+        )
+        if gap is not None:
+            versions = chunk.policy_versions
+            current = None if versions is None else versions == self.steps
+            gap.add(old, chunk.rollout_logprobs, mask, iw, current)
         out = policy_loss(
             new,
             old,
@@ -239,16 +263,16 @@ class Learner:
             mask,
             eps_low=cfg.eps_low,
             eps_high=cfg.eps_high,
-            weights=weights,
+            weights=iw.weights,
             aggregation=cfg.aggregation,
             max_tokens=width,
         )
         loss = out.loss
-        metrics = {"clip_fraction": out.clip_fraction, "is_clipped": clipped, "is_masked": masked}
+        metrics = {"clip_fraction": out.clip_fraction}
         if kl is not None:
             kl_mean = kl.sum() / mask.sum().clamp_min(1)
             if cfg.kl_mode == "loss":
-                loss = loss + cfg.kl_coef * kl_mean
+                loss = loss + self.kl.value * kl_mean
             metrics["kl"] = kl_mean.item()
         self.engine.backward(loss * scale)
         metrics["loss"] = loss.item()
@@ -265,8 +289,10 @@ class Learner:
         return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
     def save_checkpoint(self, directory: str | Path, tag: str) -> None:
-        """Policy (and critic) weights and optimizer states under `directory/tag`."""
-        self.engine.save_checkpoint(str(directory), tag=tag, client_state={"steps": self.steps})
+        """Policy (and critic) weights, optimizer states and the KL weight in use under
+        `directory/tag`."""
+        state = {"steps": self.steps, "kl_coef": self.kl.value}
+        self.engine.save_checkpoint(str(directory), tag=tag, client_state=state)
         if self.critic is not None:
             self.critic.save_checkpoint(Path(directory) / tag)
 
@@ -301,3 +327,5 @@ class Learner:
             tag = tag or (Path(directory) / "latest").read_text(encoding="utf-8").strip()
             self.critic.load_checkpoint(Path(directory) / tag)
         self.steps = int(client["steps"])
+        if "kl_coef" in client:  # checkpoints before the adaptive KL weight kept none
+            self.kl.value = float(client["kl_coef"])

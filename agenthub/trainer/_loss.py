@@ -80,3 +80,32 @@ def policy_loss(
         clip_fraction = float(((clipped > unclipped).to(m.dtype) * m).sum() / total)
         approx_kl = float((0.5 * (logprobs - old_logprobs) ** 2 * m).sum() / total)
     return PolicyLoss(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)
+
+
+class KLController:
+    """The KL coefficient of each learner step: fixed, or adapted towards a target KL.
+
+    With a `target`, the adaptive controller of Ziegler et al. 2019 ("Fine-Tuning Language
+    Models from Human Preferences", section 2.2) as OpenRLHF's `kl_controller.py` has it:
+    after a step whose mean KL was `kl` over `n_samples` sequences, the coefficient is
+    multiplied by 1 + clip(kl / target - 1, -0.2, 0.2) * n_samples / horizon, so it grows
+    while the policy drifts further from the reference than the target and shrinks while it
+    stays closer. Without a target the coefficient stays `init_coef` (OpenRLHF's
+    `FixedKLController`).
+    """
+
+    def __init__(self, init_coef: float, target: float | None = None, horizon: int = 10000):
+        if target is not None and target <= 0:
+            raise ValueError(f"the KL target must be positive, got {target}")
+        if horizon < 1:
+            raise ValueError(f"the KL horizon must be at least 1, got {horizon}")
+        self.value = init_coef
+        self.target = target
+        self.horizon = horizon
+
+    def update(self, kl: float, n_samples: int) -> None:
+        """Adapt the coefficient after a step whose mean KL was `kl` over `n_samples`."""
+        if self.target is None:
+            return
+        error = min(max(kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_samples / self.horizon

@@ -86,12 +86,8 @@ OLD_NAMES: dict[str, str] = {
     "param_dtype": "ds.param_dtype",
 }
 
-_NOT_YET = "not yet supported: agenthub has no {what} yet (planned)"
-
 # Flags agenthub has no equivalent for, by current name or pattern, with the reason.
 NO_EQUIVALENT: dict[str, str] = {
-    "algo.kl.target": _NOT_YET.format(what="adaptive KL controller"),
-    "algo.kl.horizon": _NOT_YET.format(what="adaptive KL controller"),
     "*.num_nodes": "GPU placement: Ray places agenthub's parts (see ray.* settings)",
     "*.num_gpus_per_node": "GPU placement: Ray places agenthub's parts (see ray.* settings)",
     "*_num_nodes": "GPU placement: Ray places agenthub's parts (see ray.* settings)",

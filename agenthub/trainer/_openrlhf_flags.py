@@ -287,6 +287,13 @@ def _kl_and_clip(read: _Reader, out: Translation) -> None:
     coef = read.number("algo.kl.init_coef")
     coef = 0.01 if coef is None else coef  # OpenRLHF's default
     _set(out, "learner.kl_coef", max(coef, 0.0))
+    target = read.number("algo.kl.target")  # OpenRLHF's adaptive controller, when given
+    if target is not None:
+        _set(out, "learner.kl_target", target)
+        horizon = read.number("algo.kl.horizon")
+        _set(out, "learner.kl_horizon", int(10000 if horizon is None else horizon))
+    else:
+        read.used.add("algo.kl.horizon")  # a horizon alone changes nothing there either
     as_loss = read.flag("algo.kl.use_loss")
     _set(out, "learner.kl_mode", "loss" if as_loss else "reward")
     _set(out, "learner.kl_estimator", read.text("algo.kl.estimator") or "k1")

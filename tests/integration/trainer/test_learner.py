@@ -337,3 +337,37 @@ def test_the_policy_is_saved_as_a_hugging_face_model_under_zero_3(
     assert any(not torch.equal(saved[k], start[k]) for k in start), "the trained step is saved"
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
     assert tokenizer.chat_template == AutoTokenizer.from_pretrained(source).chat_template
+
+
+def test_the_gap_is_reported_for_current_and_stale_tokens(tiny_model: Path) -> None:
+    learner = Learner(tiny_model, LearnerConfig(zero_stage=0, bf16=False, micro_batch_size=1))
+    b = batch(learner, tiny_model, [1.0, -1.0])
+    # Row 0 sampled by the learner's own policy (version 0), row 1 by an older one whose
+    # logprobs were 0.5 lower on every reply token.
+    versions = torch.tensor([[0] * 9, [-1] * 9])
+    rollout = b.rollout_logprobs - 0.5 * b.loss_mask * torch.tensor([[0.0], [1.0]])
+    metrics = learner.step(replace(b, rollout_logprobs=rollout, policy_versions=versions))
+    assert metrics["gap/current_max"] < 1e-4, "the same weights, the same fp32 logprobs"
+    assert metrics["gap/stale_mean"] == pytest.approx(0.5, abs=1e-4)
+    assert metrics["gap/stale_tokens"] == pytest.approx(0.5)
+    assert metrics["gap/mean"] == pytest.approx(0.25, abs=1e-4)
+    assert metrics["is_clipped"] == 0.0 and metrics["is_masked_sequences"] == 0.0
+
+
+def test_the_adaptive_kl_weight_moves_each_step_and_is_checkpointed(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    config = LearnerConfig(
+        zero_stage=0, lr=1e-2, micro_batch_size=2, kl_coef=0.1, kl_target=1e-6, kl_horizon=10
+    )
+    learner = Learner(tiny_model, config)
+    first = learner.step(batch(None, tiny_model, [1.0, -1.0]))
+    assert first["kl_coef"] == 0.1 and first["kl"] == pytest.approx(0.0, abs=1e-6)
+    assert learner.kl.value == pytest.approx(0.1 * (1 - 0.2 * 2 / 10)), "KL 0: below target"
+    second = learner.step(batch(None, tiny_model, [1.0, -1.0]))
+    assert second["kl"] > 1e-6, "moved from the reference: above target"
+    assert learner.kl.value == pytest.approx(second["kl_coef"] * (1 + 0.2 * 2 / 10))
+    learner.save_checkpoint(tmp_path / "ckpt", tag="step-2")
+    restored = Learner(tiny_model, config)
+    restored.load_checkpoint(tmp_path / "ckpt")
+    assert restored.kl.value == pytest.approx(learner.kl.value)

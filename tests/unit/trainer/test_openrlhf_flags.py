@@ -147,13 +147,21 @@ def test_old_and_dotted_flags_translate_alike() -> None:
     assert old.unmapped == dotted.unmapped == []
 
 
-def test_settings_asked_for_but_missing_are_not_yet_supported() -> None:
-    translation = translate(
-        split_command("--advantage_estimator reinforce --kl_target 0.1 --kl_horizon 10000")
+def test_the_adaptive_kl_controller_translates_in_either_spelling() -> None:
+    old = translate(
+        split_command("--advantage_estimator reinforce --kl_target 0.1 --kl_horizon 5000")
     )
-    flags = [u.flag for u in translation.unmapped]
-    assert flags == ["--kl_target 0.1", "--kl_horizon 10000"]
-    assert all(u.not_yet_supported for u in translation.unmapped)
+    dotted = translate(
+        split_command(
+            "--algo.advantage.estimator reinforce --algo.kl.target 0.1 --algo.kl.horizon 5000"
+        )
+    )
+    for translation in (old, dotted):
+        assert translation.settings["learner"]["kl_target"] == 0.1
+        assert translation.settings["learner"]["kl_horizon"] == 5000
+        assert not translation.unmapped
+    fixed = translate(split_command("--advantage_estimator reinforce --kl_horizon 5000"))
+    assert "kl_target" not in fixed.settings["learner"] and not fixed.unmapped
 
 
 def test_reward_shaping_flags_translate_in_either_spelling(tmp_path: Path) -> None:
@@ -260,11 +268,12 @@ def test_the_command_writes_a_config_train_loads(
 ) -> None:
     out = tmp_path / "grpo.toml"
     flags = ["--advantage_estimator", "group_norm", "--n_samples_per_prompt", "4"]
-    command = ["config", "from-openrlhf", "--out", str(out), "--", *flags, "--kl_target", "1"]
+    more = ["--kl_target", "1", "--colocate_all_models"]
+    command = ["config", "from-openrlhf", "--out", str(out), "--", *flags, *more]
     assert main(command) == 0
     printed = capsys.readouterr()
     assert f"wrote {out}" in printed.out
-    assert "not translated: --kl_target 1: not yet supported" in printed.out
+    assert "not translated: --colocate_all_models: GPU sharing" in printed.out
     script = tmp_path / "train.sh"
     script.write_text("python3 -m openrlhf.cli.train_ppo_ray \\\n  " + " ".join(flags) + "\n")
     assert main(["config", "from-openrlhf", "--file", str(script)]) == 0
@@ -274,6 +283,7 @@ def test_the_command_writes_a_config_train_loads(
     resolved = json.loads(capsys.readouterr().out)
     assert resolved["algorithm"]["estimator"] == "group_norm"
     assert resolved["rollout"]["n_samples_per_prompt"] == 4
+    assert resolved["learner"]["kl_target"] == 1
 
 
 def test_the_command_says_what_to_give(capsys: pytest.CaptureFixture[str]) -> None:
