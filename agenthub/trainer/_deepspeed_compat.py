@@ -9,9 +9,8 @@ cores on a small machine, even for one rank with nothing to reduce with.
 
 from __future__ import annotations
 
-import os
-
 from agenthub._errors import AgentHubError
+from agenthub._versions import unsupported_series
 
 __all__ = ["SUPPORTED", "UnsupportedDeepSpeedError", "check_version", "skip_shared_memory_comm"]
 
@@ -28,15 +27,9 @@ class UnsupportedDeepSpeedError(AgentHubError, ImportError):
 def check_version(found: str) -> None:
     """Raise `UnsupportedDeepSpeedError` unless `found` (a DeepSpeed version string) is in a
     supported series, or `AGENTHUB_UNCHECKED_DEEPSPEED=1` asks to try it anyway."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        series = Version(found).release[:2]
-    except InvalidVersion:
-        series = ()
-    if series in SUPPORTED or os.environ.get(UNCHECKED) == "1":
+    wanted = unsupported_series(found, SUPPORTED, UNCHECKED)
+    if wanted is None:
         return
-    wanted = ", ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED)
     pins = " or ".join(f"'deepspeed=={major}.{minor}.*'" for major, minor in SUPPORTED)
     raise UnsupportedDeepSpeedError(
         f"DeepSpeed {found} is installed, but agenthub's learner uses a DeepSpeed internal "
