@@ -6,8 +6,6 @@ TRAIN_ARGS ?=
 export AGENTHUB_VENV := $(VENV)
 # Material for MkDocs prints a boxed notice about its successor at every build.
 export NO_MKDOCS_2_WARNING := 1
-# Material for MkDocs prints a banner about MkDocs 2.0 on every build; the pins keep 1.x.
-export NO_MKDOCS_2_WARNING := 1
 
 .DEFAULT_GOAL := help
 # Prerequisites run in the order written: the venv must exist before lint and pytest use it.
@@ -33,7 +31,7 @@ docs: ## build the manual from docs/ into build/docs
 
 # pytest exits 5 when it collects nothing; that fails here like any other non-zero code.
 test: setup lint ## setup, lint, then every test (PYTEST_ARGS=... to narrow)
-	$(BIN)/python -m pytest $(PYTEST_ARGS) \
+	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) \
 		|| { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 test-unit: setup ## unit tests only, no integration or smoke tests

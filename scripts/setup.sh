@@ -103,10 +103,6 @@ else
         log "pip: -e .[hubs] (reasoning-gym, TextArena)"
         "${pip[@]}" install -e '.[hubs]'
         check='import torch, transformers, vllm, ray, deepspeed, agenthub, reasoning_gym, textarena'
-        # DeepSpeed compiles its CPU shared-memory collective on first use (minutes on 2 cores);
-        # build it here, once per machine, instead of inside the first training run or test.
-        log "building DeepSpeed's CPU communication op (cached for later runs)"
-        "$venv/bin/python" -c 'from deepspeed.comm.torch import build_shm_op; build_shm_op()' >/dev/null
     else
         log "pip: -e .[dev,view] (light: no torch, vLLM, Ray or DeepSpeed)"
         "${pip[@]}" install -e '.[dev,view]'

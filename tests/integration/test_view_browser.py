@@ -50,7 +50,7 @@ def run_eval(out: Path, *extra: str) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def eval_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Two evals of the same tasks: greedy, and sampled under another seed."""
     root = tmp_path_factory.mktemp("view-evals")
@@ -59,7 +59,7 @@ def eval_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return [root / "greedy", root / "sampled"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def train_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A training run's files as the trainer writes them: config, metrics by step, samples."""
     run = tmp_path_factory.mktemp("view-train") / "train"
@@ -100,7 +100,7 @@ def train_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def view_url(eval_runs: list[Path], train_run: Path) -> Iterator[str]:
     """`agenthub view` over the three runs, on a free port."""
     command = [sys.executable, "-m", "agenthub", "view", *map(str, eval_runs), str(train_run)]
@@ -119,7 +119,7 @@ def view_url(eval_runs: list[Path], train_run: Path) -> Iterator[str]:
             server.wait(timeout=30)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -145,7 +145,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         driver.quit()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("view-screenshots")
     print(f"\nscreenshots of agenthub view: {folder}")
