@@ -62,8 +62,8 @@ def _state(out: Path) -> dict:  # type: ignore[type-arg]
 
 
 def _env() -> dict[str, str]:
-    # Ray started in this test process (the queue's tests) sets RAY_AUTH_MODE for itself and
-    # its children; a run starts from a user's shell, which has none.
+    # Ray started in this test process (the queue's, the simulation's) sets RAY_AUTH_MODE for
+    # itself and its children; a run starts from a user's shell, which has none.
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
     return {**env, "WANDB_SILENT": "true"}
 
