@@ -12,6 +12,7 @@ from typing import Literal
 from agenthub._types import Message
 from agenthub.agents import ChatTemplateError, ChatTokenizer
 from agenthub.agents.default_model import default_cache_dir
+from agenthub.view._tokenizer_file import TokenizerFile
 
 __all__ = ["Segment", "TokenKind", "TokenizerLookup", "segments", "token_kinds"]
 
@@ -108,8 +109,9 @@ def _generation_prompt(chat: ChatTokenizer) -> tuple[int, ...]:
 class TokenizerLookup:
     """Finds and loads the tokenizer of a run's model, once per directory: `model/` in a
     training run (the policy it exported), the model directory a run names, or the newest
-    cached build of the embedded default. Token ids are shown when none can be loaded, with
-    the reason."""
+    cached build of the embedded default. It is read from `tokenizer.json` with the
+    `tokenizers` library, so the server never imports transformers or torch. Token ids are
+    shown when none can be loaded, with the reason."""
 
     def __init__(self, override: Path | None = None) -> None:
         self.override = override
@@ -146,13 +148,13 @@ class TokenizerLookup:
         if directory in self._loaded:
             return self._loaded[directory], ""
         try:
-            chat = ChatTokenizer.from_pretrained(directory)
-        except ImportError:
+            chat = ChatTokenizer(TokenizerFile.load(directory))
+        except ImportError as exc:
             return None, (
-                "transformers is not installed, so tokens are shown as ids; install "
-                "agenthub[train] to decode them"
+                f"{exc.name or 'tokenizers'} is not installed, so tokens are shown as ids; "
+                "install agenthub[view] to decode them"
             )
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, ChatTemplateError) as exc:  # TokenizerFileError too
             return None, f"the tokenizer in {directory} does not load ({exc}); tokens shown as ids"
         self._loaded[directory] = chat
         return chat, ""
