@@ -149,8 +149,6 @@ def measure(run: Path, lines: int) -> tuple[float, float]:
                 assert len(page["rows"]) == 50, page
                 episode = client.get("/api/runs/0/episodes/0").json()
                 first_episode = time.perf_counter() - start
-                decoded = "tokens decoded" if episode["pieces"][0][:1] != "#" else "token ids"
-                print(f"episode 0: {decoded}; notices: {episode['notices'] or 'none'}")
                 print(
                     f"first page of the episode table: {first_page:.3f} s "
                     f"(index had {page['indexed']} of {lines} lines); "
@@ -160,6 +158,8 @@ def measure(run: Path, lines: int) -> tuple[float, float]:
                     f"  and its first episode, token by token: {first_episode:.3f} s; "
                     f"server then {watch.now():.0f} MB"
                 )
+                decoded = "tokens decoded" if episode["pieces"][0][:1] != "#" else "token ids"
+                print(f"  (episode 0: {decoded}; notices: {episode['notices'] or 'none'})")
                 while client.get("/api/runs/0").json()["indexing"]:
                     time.sleep(0.2)
                 indexed = time.perf_counter() - start
