@@ -47,7 +47,8 @@ def write_run(directory: Path, megabytes: int) -> int:
     template = Trajectory(
         env="code_exec",
         task_id="TASK",
-        tokens=[rng.randrange(1, 150_000) for _ in range(prompt + reply)],
+        # ids the embedded default model's vocabulary has, so the episode's tokens decode
+        tokens=[rng.randrange(3, 1_000) for _ in range(prompt + reply)],
         loss_mask=[0] * prompt + [1] * reply,
         logprobs=[0.0] * prompt + [-round(rng.random(), 6) for _ in range(reply)],
         policy_versions=[0] * prompt + [3] * reply,
@@ -158,8 +159,11 @@ def measure(run: Path, lines: int) -> tuple[float, float]:
                     f"  and its first episode, token by token: {first_episode:.3f} s; "
                     f"server then {watch.now():.0f} MB"
                 )
-                decoded = "tokens decoded" if episode["pieces"][0][:1] != "#" else "token ids"
-                print(f"  (episode 0: {decoded}; notices: {episode['notices'] or 'none'})")
+                texts = sum(1 for p in episode["pieces"] if p and not p.startswith("#"))
+                print(
+                    f"  ({texts} of {len(episode['pieces'])} tokens decoded to text; "
+                    f"notices: {episode['notices'] or 'none'})"
+                )
                 while client.get("/api/runs/0").json()["indexing"]:
                     time.sleep(0.2)
                 indexed = time.perf_counter() - start
