@@ -62,7 +62,8 @@ def create_app(
     chart = plotly_js()
     runs = [Run(i, Path(p)) for i, p in enumerate(paths)]
     tokenizers = TokenizerLookup(tokenizer)
-    # Importing transformers takes seconds: begun now, it is done when an episode is opened.
+    # Reading a tokenizer and its chat template takes a moment: begun now, it is done when an
+    # episode is opened.
     threading.Thread(
         target=lambda: [tokenizers.find(r.directory, r.config()[0].get("model")) for r in runs],
         name="agenthub-view-tokenizers",
