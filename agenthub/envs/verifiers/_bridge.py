@@ -13,10 +13,11 @@ import itertools
 import json
 import time
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from agenthub._types import Message
-from agenthub.envs._foreign import import_foreign
+from agenthub.envs._foreign import MissingExtraError, import_foreign
 from agenthub.envs.verifiers._messages import to_agenthub
 from agenthub.tools import parse_tool_calls
 
@@ -40,7 +41,23 @@ class Done:
 
 
 def legacy() -> Any:
-    return import_foreign("verifiers.legacy", env="verifiers", extra="verifiers")
+    """verifiers' classic API, which verifiers 0.3 keeps under `verifiers.legacy` and 0.4
+    no longer has (its environments are `verifiers.v1` tasksets and envs)."""
+    try:
+        return import_foreign("verifiers.legacy", env="verifiers", extra="verifiers")
+    except MissingExtraError:
+        try:
+            installed = version("verifiers")
+        except PackageNotFoundError:
+            raise MissingExtraError(
+                "the verifiers env needs the verifiers package: pip install 'agenthub[verifiers]'"
+            ) from None
+        raise MissingExtraError(
+            f"the verifiers env runs verifiers' classic API (verifiers.legacy), which the "
+            f"installed verifiers {installed} does not have: install the version agenthub was "
+            "tested with (pip install 'agenthub[verifiers]'), or run a v1 taskset with the "
+            "verifiers_v1 env"
+        ) from None
 
 
 @functools.cache

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import sys
 import urllib.error
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +17,7 @@ from agenthub.envs._foreign import (
     import_foreign,
     needs_network,
 )
+from agenthub.envs.verifiers._bridge import legacy
 
 
 def test_a_missing_package_is_one_line_naming_the_extra() -> None:
@@ -60,3 +63,36 @@ async def test_call_foreign_runs_off_the_loop_and_types_what_it_raises() -> None
 
     with pytest.raises(ForeignEnvError, match="pkg raised while moving: ValueError: bad board"):
         await call_foreign("pkg", "moving", broken)
+
+
+def test_a_verifiers_without_the_classic_api_is_named_with_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # verifiers 0.4 ships only `verifiers.v1`: the classic adapter says so, not "install it".
+    (tmp_path / "verifiers").mkdir()
+    (tmp_path / "verifiers" / "__init__.py").write_text("")
+    (tmp_path / "verifiers-0.4.0.dist-info").mkdir()
+    metadata = "Metadata-Version: 2.1\nName: verifiers\nVersion: 0.4.0\n"
+    (tmp_path / "verifiers-0.4.0.dist-info" / "METADATA").write_text(metadata)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "verifiers" or m.startswith("verifiers.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(MissingExtraError) as caught:
+        legacy()
+    assert str(caught.value) == (
+        "the verifiers env runs verifiers' classic API (verifiers.legacy), which the installed "
+        "verifiers 0.4.0 does not have: install the version agenthub was tested with (pip "
+        "install 'agenthub[verifiers]'), or run a v1 taskset with the verifiers_v1 env"
+    )
+
+
+def test_no_verifiers_at_all_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "verifiers", None)  # not importable
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])  # and no installed metadata
+    with pytest.raises(MissingExtraError) as caught:
+        legacy()
+    assert str(caught.value) == (
+        "the verifiers env needs the verifiers package: pip install 'agenthub[verifiers]'"
+    )
