@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
+import importlib.util
 import itertools
 import json
 import time
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from agenthub._types import Message
@@ -41,23 +42,20 @@ class Done:
 
 
 def legacy() -> Any:
-    """verifiers' classic API, which verifiers 0.3 keeps under `verifiers.legacy` and 0.4
-    no longer has (its environments are `verifiers.v1` tasksets and envs)."""
+    """verifiers' classic API: `verifiers.legacy` in verifiers 0.3, the package itself before
+    (0.1.14 to 0.2.x); verifiers 0.4 no longer has it (only `verifiers.v1`)."""
     try:
         return import_foreign("verifiers.legacy", env="verifiers", extra="verifiers")
     except MissingExtraError:
-        try:
-            installed = version("verifiers")
-        except PackageNotFoundError:
-            raise MissingExtraError(
-                "the verifiers env needs the verifiers package: pip install 'agenthub[verifiers]'"
-            ) from None
-        raise MissingExtraError(
-            f"the verifiers env runs verifiers' classic API (verifiers.legacy), which the "
-            f"installed verifiers {installed} does not have: install the version agenthub was "
-            "tested with (pip install 'agenthub[verifiers]'), or run a v1 taskset with the "
-            "verifiers_v1 env"
-        ) from None
+        vf = import_foreign("verifiers", env="verifiers", extra="verifiers")
+    if importlib.util.find_spec("verifiers.envs") is not None:
+        return vf
+    raise MissingExtraError(
+        f"the verifiers env runs verifiers' classic API (verifiers.legacy), which the "
+        f"installed verifiers {getattr(vf, '__version__', '')} does not have: install the "
+        "version agenthub was tested with (pip install 'agenthub[verifiers]'), or run a v1 "
+        "taskset with the verifiers_v1 env"
+    )
 
 
 @functools.cache
@@ -65,9 +63,10 @@ def bridge_client_class() -> type[Any]:
     """A `verifiers` client class (made once, from the installed verifiers) whose replies come
     from agenthub instead of a model server."""
     vf = legacy()
-    types = vf.types
+    clients = importlib.import_module(f"{vf.__name__}.clients")
+    types = importlib.import_module(f"{vf.__name__}.types")
 
-    class BridgeClient(vf.clients.Client):  # type: ignore[misc, name-defined]
+    class BridgeClient(clients.Client):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__(object())
             self.asks: asyncio.Queue[tuple[list[Any], list[Any], asyncio.Future[str]]] = (
