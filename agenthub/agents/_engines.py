@@ -153,19 +153,6 @@ def interruptible_start(
     `forgive`, where given, is called (from that thread) for the first Ctrl-C instead: the
     caller goes on once the engine is up (`agenthub repl`, whose engine core is out of the
     terminal's reach); a second one ends the process."""
-    import psutil  # type: ignore[import-untyped]
-
-    def quit_now() -> None:
-        for child in psutil.Process().children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        print(
-            f"agenthub: interrupted while the engine started; {quitting}",
-            file=sys.stderr,
-            flush=True,
-        )
-        os._exit(130)
-
     heard, told = os.pipe()
     os.set_blocking(told, False)
     done = threading.Event()
@@ -183,7 +170,7 @@ def interruptible_start(
                     forgiven = True
                     forgive()
                 else:
-                    quit_now()
+                    _quit_now(quitting)
 
     # The handlers do nothing themselves: the thread reads which signal came from the wakeup
     # file descriptor, in order.
@@ -204,6 +191,19 @@ def interruptible_start(
 
 
 _STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _quit_now(quitting: str) -> None:
+    """End this process and its children at once, saying `quitting`."""
+    import psutil  # type: ignore[import-untyped]
+
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    print(
+        f"agenthub: interrupted while the engine started; {quitting}", file=sys.stderr, flush=True
+    )
+    os._exit(130)
 
 
 def resolve_model(

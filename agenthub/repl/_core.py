@@ -12,24 +12,10 @@ from rich.text import Text
 from agenthub._env import Env
 from agenthub._errors import AgentHubError
 from agenthub._registry import make
-from agenthub._types import Step, Task
-from agenthub.agents import (
-    ChatTemplateError,
-    ChatTokenizer,
-    EngineError,
-    InferenceEngine,
-    SamplingParams,
-)
-from agenthub.repl._episode import (
-    Action,
-    EnvAttributeError,
-    Episode,
-    model_action,
-    typed_action,
-)
+from agenthub.agents import ChatTokenizer, EngineError, InferenceEngine, SamplingParams
+from agenthub.repl._episode import Episode, model_action, typed_action
 from agenthub.repl._files import append_line, read_line
 from agenthub.repl._input import (
-    COMMANDS,
     ENTRY_HELP,
     Command,
     Enter,
@@ -40,16 +26,14 @@ from agenthub.repl._input import (
 )
 from agenthub.repl._render import (
     show_failure,
+    show_generation,
+    show_help,
     show_observation,
     show_settings,
-    show_step,
-    show_system_prompt,
-    show_task,
     show_tokens,
-    show_tools,
-    to_json,
 )
 from agenthub.repl._replay import Replay
+from agenthub.repl._stage import Stage
 from agenthub.repl._tasks import TaskSource
 
 __all__ = ["EngineFactory", "Repl", "probe_env"]
@@ -93,18 +77,31 @@ class Repl:
             self.make_env, tasks_file=tasks_file, split=split, env_kwargs=env_kwargs
         )
         self.task_index = task_index
-        self.seed = seed
         self.chat = chat
-        self.chat_template = chat_template
         self.sampling = sampling
         self.console = console
         self._engine_factory = engine_factory
         self.engine: InferenceEngine | None = None
-        self.episode: Episode | None = None
+        self.stage = Stage(
+            env_id=env,
+            make_env=self.make_env,
+            seed=seed,
+            chat=chat,
+            chat_template=chat_template,
+            console=console,
+        )
         self.replay: Replay | None = None
         self._reader = EntryReader()
-        self.failures = 0
+
+    @property
+    def episode(self) -> Episode | None:
+        """The episode being stepped (None while none could be opened)."""
+        return self.stage.episode
+
+    @property
+    def failures(self) -> int:
         """How many entries ended in an error (a piped session exits non-zero if any did)."""
+        return self.stage.failures
 
     def make_env(self) -> Env[Any]:
         return make(self.env_id, **self.env_kwargs)
@@ -113,7 +110,7 @@ class Repl:
         """Check the env can be built (so a bad id fails at once) and open the first episode."""
         await probe_env(self.env_id, self.env_kwargs)
         self.console.print(Text(ENTRY_HELP + " :help lists the commands.", style="dim"))
-        await self._new_episode(await self.tasks.get(self.task_index))
+        await self.stage.new_episode(await self.tasks.get(self.task_index), self.task_index)
 
     @property
     def prompt(self) -> str:
@@ -148,13 +145,13 @@ class Repl:
             elif isinstance(entry, Enter) and self.replay is not None:
                 await self._replay_step()
         except AgentHubError as exc:
-            self.failures += 1
+            self.stage.failures += 1
             self.console.print(Text(f"error: {exc}", style="bold red"))
         return True
 
     async def aclose(self) -> None:
         if self.episode is not None:
-            await self._close_episode()
+            await self.stage.close()
         if self.engine is not None:
             await self.engine.aclose()
             self.engine = None
@@ -182,15 +179,7 @@ class Repl:
         return True
 
     async def _help(self, args: tuple[str, ...]) -> None:
-        self.console.print(Text(ENTRY_HELP))
-        for line in COMMANDS.values():
-            self.console.print(Text(line))
-        self.console.print(
-            Text(
-                "Typed actions enter the token sequence as if the model had written them "
-                "(text + end-of-turn token) with loss mask 0; :tokens shows them in magenta."
-            )
-        )
+        show_help(self.console)
 
     async def _set(self, args: tuple[str, ...]) -> None:
         if args:
@@ -198,7 +187,7 @@ class Repl:
         show_settings(self.console, self.sampling)
 
     async def _tokens(self, args: tuple[str, ...]) -> None:
-        show_tokens(self.console, self._live(), self.chat, ids="ids" in args)
+        show_tokens(self.console, self.stage.live(), self.chat, ids="ids" in args)
 
     async def _reset(self, args: tuple[str, ...]) -> None:
         index = self.task_index
@@ -210,20 +199,20 @@ class Repl:
         task = await self.tasks.get(index)  # a task that is not there leaves the current one
         self.task_index = index
         self.replay = None
-        await self._new_episode(task)
+        await self.stage.new_episode(task, self.task_index)
 
     async def _undo(self, args: tuple[str, ...]) -> None:
-        episode = self._live()
+        episode = self.stage.live()
         if not episode.actions:
             raise AgentHubError("nothing to undo: no step was taken yet")
         keep, old = episode.actions[:-1], list(episode.session.tokens)
         started = time.perf_counter()
-        await self._close_episode()
-        fresh = await self._open(episode.task)
+        await self.stage.close()
+        fresh = await self.stage.open(episode.task)
         if fresh is None:
             return
         for action in keep:
-            if await self._step(action, quiet=True) is None:
+            if await self.stage.step(action, quiet=True) is None:
                 return
         took = time.perf_counter() - started
         self.console.print(
@@ -248,7 +237,7 @@ class Repl:
     async def _save(self, args: tuple[str, ...]) -> None:
         if len(args) != 1:
             raise AgentHubError(":save FILE")
-        trajectory = self._live().trajectory()
+        trajectory = self.stage.live().trajectory()
         path, lines = append_line(args[0], trajectory.model_dump_json())
         self.console.print(
             Text(
@@ -285,7 +274,7 @@ class Repl:
             markup=False,
         )
         self.replay = None
-        if await self._new_episode(task):
+        if await self.stage.new_episode(task, self.task_index):
             self.replay = Replay(saved, self.chat)
 
     async def _stop(self, args: tuple[str, ...]) -> None:
@@ -297,7 +286,7 @@ class Repl:
     # -- actions --------------------------------------------------------------------------
 
     async def _typed(self, text: str) -> None:
-        sampling = self._reply_sampling(self._ready())
+        sampling = self._reply_sampling(self.stage.ready())
         action = typed_action(self.chat, text, self._policy_version(), sampling)
         if action.text != text:
             why = ""
@@ -305,10 +294,10 @@ class Repl:
                 why = " (a reply ends at its first stop string, as a sampled one does)"
             note = f"note: the tokens decode to {action.text!r}{why}; the env gets that"
             self.console.print(Text(note, style="yellow"), markup=False)
-        await self._step(action)
+        await self.stage.step(action)
 
     async def _gen(self, args: tuple[str, ...]) -> None:
-        episode = self._ready()
+        episode = self.stage.ready()
         engine = await self._engine()
         room = engine.max_model_len - len(episode.session)
         if room < 1:
@@ -327,19 +316,13 @@ class Repl:
             episode.timings.generate_s += time.perf_counter() - started
         took = time.perf_counter() - started
         action = model_action(self.chat, generation)
-        head = Text(
-            f"model ({len(generation.token_ids)} tokens, {generation.finish_reason}, "
-            f"generate {took:.3f} s):",
-            style="bold green",
-        )
-        self.console.print(head)
-        self.console.print(Text(action.text), markup=False)
-        await self._step(action)
+        show_generation(self.console, generation, action.text, took)
+        await self.stage.step(action)
 
     async def _replay_step(self) -> None:
         replay = self.replay
         assert replay is not None
-        episode = self._ready()
+        episode = self.stage.ready()
         action = replay.next_action(episode, self._reply_sampling(episode))
         if action is None:
             self._finish_replay()
@@ -347,107 +330,14 @@ class Repl:
         who = "model" if action.kind == "model" else "typed"
         self.console.print(Text(f"replaying a {who} action:", style="bold"))
         self.console.print(Text(action.text), markup=False)
-        step = await self._step(action)
+        step = await self.stage.step(action)
         if step is not None and (episode.done or len(episode.session) >= len(replay.saved.tokens)):
             self._finish_replay()
 
     def _finish_replay(self) -> None:
         assert self.replay is not None and self.episode is not None
-        replay, episode = self.replay, self.episode
-        self.replay = None
-        differs = replay.compare(episode)
-        saved = replay.saved
-        if differs is None:
-            message = (
-                f"replay done: the trajectory matches the saved one token for token "
-                f"({len(saved.tokens)} tokens, return {episode.total_return:g})"
-            )
-        else:
-            message = (
-                f"replay done: the trajectory differs from the saved one from token {differs} "
-                f"(saved return {saved.reward:g}, now {episode.total_return:g})"
-            )
-        self.console.print(Text(message, style="bold"))
-
-    # -- the episode ----------------------------------------------------------------------
-
-    async def _new_episode(self, task: Task) -> bool:
-        if self.episode is not None:
-            await self._close_episode()
-        show_task(self.console, task, self.task_index, self.seed)
-        episode = await self._open(task)
-        if episode is None:
-            return False
-        show_system_prompt(self.console, task, episode.env.system_prompt)
-        show_tools(self.console, episode.session.tools)
-        show_observation(self.console, episode.first_observation)
-        if episode.first_info:
-            self.console.print(Text(f"info: {to_json(episode.first_info)}", style="dim"))
-        return True
-
-    async def _open(self, task: Task) -> Episode | None:
-        try:
-            episode, took = await Episode.start(
-                self.env_id, self.make_env, task, self.seed, self.chat, self.chat_template
-            )
-        except AgentHubError:
-            raise
-        except Exception as exc:
-            if isinstance(exc, EnvAttributeError) and exc.__cause__ is not None:
-                self._env_failed(exc.what, exc.__cause__)  # a property's bug, not reset's
-            else:
-                self._env_failed("reset", exc)
-            self.console.print(Text("no episode now: fix the env, then :reset", style="bold"))
-            return None
-        self.episode = episode
-        self.console.print(
-            Text(f"(reset {took:.3f} s, {len(episode.session)} prompt tokens)", style="dim")
-        )
-        return episode
-
-    async def _step(self, action: Action, *, quiet: bool = False) -> Step[Any] | None:
-        episode = self._ready()
-        try:
-            step, took = await episode.apply(action)
-        except ChatTemplateError:
-            raise
-        except Exception as exc:
-            # The env is user code: whatever it raises is shown, and the REPL goes on.
-            self._env_failed("step", exc)
-            self.console.print(
-                Text("the step was not applied: send another action, :undo or :reset", style="bold")
-            )
-            return None
-        if not quiet:
-            show_step(self.console, len(episode.actions), step, episode.total_return, took)
-        return step
-
-    def _env_failed(self, what: str, exc: BaseException) -> None:
-        self.failures += 1
-        show_failure(self.console, what, exc)
-
-    async def _close_episode(self) -> None:
-        assert self.episode is not None
-        episode, self.episode = self.episode, None
-        try:
-            await episode.aclose()
-        except Exception as exc:
-            self._env_failed("aclose", exc)
-
-    def _live(self) -> Episode:
-        if self.episode is None:
-            raise AgentHubError(
-                "no episode is running (its reset failed): fix the env, then :reset"
-            )
-        return self.episode
-
-    def _ready(self) -> Episode:
-        episode = self._live()
-        if episode.done:
-            raise AgentHubError("the episode is over: :save FILE, :undo, :reset or :quit")
-        if episode.stuck:
-            raise AgentHubError(f"{episode.stuck}: :undo or :reset")
-        return episode
+        replay, self.replay = self.replay, None
+        self.console.print(Text(replay.outcome(self.episode), style="bold"))
 
     def _policy_version(self) -> int:
         return 0 if self.engine is None else self.engine.policy_version
@@ -462,19 +352,23 @@ class Repl:
         if self.engine is None:
             if self._engine_factory is None:
                 raise AgentHubError("no model to generate with")
-            self.console.print(
-                Text(
-                    "loading the model for :gen (vLLM in this process; takes 30-60 s on CPU)...",
-                    style="bold",
-                )
-            )
-            started = time.perf_counter()
-            try:
-                self.engine = await self._engine_factory()
-            except Exception as exc:
-                show_failure(self.console, "starting the model", exc, cause="generation_error")
-                raise AgentHubError("the model could not be started (see above)") from exc
-            self.console.print(
-                Text(f"model ready in {time.perf_counter() - started:.1f} s", style="bold")
-            )
+            self.engine = await start_engine(self.console, self._engine_factory)
         return self.engine
+
+
+async def start_engine(console: Console, factory: EngineFactory) -> InferenceEngine:
+    """The engine `factory` makes, with what its start takes shown on `console`."""
+    console.print(
+        Text(
+            "loading the model for :gen (vLLM in this process; takes 30-60 s on CPU)...",
+            style="bold",
+        )
+    )
+    started = time.perf_counter()
+    try:
+        engine = await factory()
+    except Exception as exc:
+        show_failure(console, "starting the model", exc, cause="generation_error")
+        raise AgentHubError("the model could not be started (see above)") from exc
+    console.print(Text(f"model ready in {time.perf_counter() - started:.1f} s", style="bold"))
+    return engine

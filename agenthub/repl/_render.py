@@ -14,8 +14,9 @@ from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._returns import EnvReturnError
 from agenthub._tracebacks import described
 from agenthub._types import Observation, Step, Task
-from agenthub.agents import ChatTokenizer, SamplingParams
+from agenthub.agents import ChatTokenizer, Generation, SamplingParams
 from agenthub.repl._episode import Episode, TokenKind
+from agenthub.repl._input import COMMANDS, ENTRY_HELP
 
 __all__ = [
     "show_failure",
@@ -138,6 +139,27 @@ def show_failure(
 
 def to_json(value: Mapping[str, Any]) -> str:
     return json.dumps(dict(value), default=repr, ensure_ascii=False)[:2000]
+
+
+def show_help(console: Console) -> None:
+    console.print(Text(ENTRY_HELP))
+    for line in COMMANDS.values():
+        console.print(Text(line))
+    console.print(
+        Text(
+            "Typed actions enter the token sequence as if the model had written them "
+            "(text + end-of-turn token) with loss mask 0; :tokens shows them in magenta."
+        )
+    )
+
+
+def show_generation(console: Console, generation: Generation, text: str, seconds: float) -> None:
+    head = (
+        f"model ({len(generation.token_ids)} tokens, {generation.finish_reason}, "
+        f"generate {seconds:.3f} s):"
+    )
+    console.print(Text(head, style="bold green"))
+    console.print(Text(text), markup=False)
 
 
 def show_settings(console: Console, sampling: SamplingParams) -> None:

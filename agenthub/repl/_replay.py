@@ -71,6 +71,19 @@ class Replay:
             return _first_difference(self.saved.loss_mask, episode.session.loss_mask)
         return _first_difference(saved, have)
 
+    def outcome(self, episode: Episode) -> str:
+        """What the finished replay of `episode` found, in a line."""
+        differs, saved = self.compare(episode), self.saved
+        if differs is None:
+            return (
+                f"replay done: the trajectory matches the saved one token for token "
+                f"({len(saved.tokens)} tokens, return {episode.total_return:g})"
+            )
+        return (
+            f"replay done: the trajectory differs from the saved one from token {differs} "
+            f"(saved return {saved.reward:g}, now {episode.total_return:g})"
+        )
+
 
 def _first_difference(a: list[int], b: list[int]) -> int:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
