@@ -292,11 +292,12 @@ class Trainer:
                 await self._steps(p, at, clock)
                 break
             except Exception as exc:
-                if await self.recovery.recovered(p.cluster, p.publisher, exc, at.step):
+                outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
+                if outcome == "go_on":
                     continue
                 # A rollout worker failed: the learner's steps since the last checkpoint need
                 # not be lost with it, if it holds the state of a logged step.
-                if not at.learning and at.logged == at.step:
+                if outcome != "learner_dead" and not at.learning and at.logged == at.step:
                     await p.checkpointer.save_after_failure(
                         at.step, clock.elapsed(), p.publisher.pending
                     )

@@ -5,12 +5,17 @@ checkpoint (`LearnerLost`). Both are counted and bounded by `Faults`."""
 from __future__ import annotations
 
 import asyncio
+from typing import Literal
 
 from agenthub.trainer._cluster import Cluster
 from agenthub.trainer._control import Faults
 from agenthub.trainer._publisher import WeightPublisher
 
-__all__ = ["LearnerLost", "Recovery"]
+__all__ = ["LearnerLost", "Outcome", "Recovery"]
+
+Outcome = Literal["go_on", "learner_dead", "failed"]
+"""After an error: the run goes on (dead workers replaced), the learner is dead beyond its
+budget (nothing left to checkpoint), or the error stands."""
 
 SETTLE_S = 180.0
 """How long a weight sync in flight when a worker died may take to fail (a broadcast to a
@@ -35,26 +40,25 @@ class Recovery:
     def __init__(self, faults: Faults) -> None:
         self.faults = faults
 
-    async def recovered(
+    async def recover(
         self, cluster: Cluster, publisher: WeightPublisher, error: Exception, step: int
-    ) -> bool:
-        """Whether the run can go on at `step` after `error`: dead rollout workers replaced
-        (True), the learner dead and to be restarted (`LearnerLost`), or neither (False: the
-        error stands)."""
+    ) -> Outcome:
+        """Whether the run can go on at `step` after `error`, with dead rollout workers
+        replaced; a learner dead and to be restarted raises `LearnerLost`."""
         lost = await cluster.lost()
         if lost.learner is not None:
             if not self.faults.learner_lost(lost.learner):
-                return False
+                return "learner_dead"
             raise LearnerLost(lost.learner, await cluster.episodes_in_flight(), step) from error
         if not lost.workers:
-            return False
+            return "failed"
         if not all(self.faults.worker_lost(rank, e) for rank, e in sorted(lost.workers.items())):
-            return False
+            return "failed"
         sync = publisher.pending
         if sync is not None:  # into a dead engine: it fails, or is cut by its timeout
             await asyncio.wait({sync}, timeout=SETTLE_S)
             if not sync.done():
-                return False
+                return "failed"
             publisher.forget_failure()
             publisher.pending = None
         ranks = sorted(lost.workers)
@@ -63,4 +67,4 @@ class Recovery:
         self.faults.survived(
             episodes, f"rollout worker {named} replaced, its engine at policy version {step}"
         )
-        return True
+        return "go_on"
