@@ -169,14 +169,16 @@ class RayCluster:
         self._started = False
 
     def _new_worker(self, rank: int, drawn: int, life: int) -> Any:
-        """Rollout worker `rank`'s actor, going on after `drawn` tasks, in its `life`-th life."""
+        """Rollout worker `rank`'s actor, going on after `drawn` tasks, in its `life`-th life
+        (named only for a replacement: the simulation's workers are never replaced)."""
+        later = {"life": life} if life else {}
         return _actor(
             self._worker_class,
             num_cpus=1,
             num_gpus=self.cfg.ray.worker_num_gpus,
             max_concurrency=10_000,
             runtime_env={"env_vars": _worker_env(self.cfg)},
-        ).remote(*self._worker_args, rank, self.queue, self.admission, drawn, life)
+        ).remote(*self._worker_args, rank, self.queue, self.admission, drawn, **later)
 
     async def start(self) -> None:
         """Start every worker's engine and env."""

@@ -58,8 +58,7 @@ def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path
         at = len(_trained_steps(out))
         _wait(run, log, "the worker's replacement", lambda: "replaced" in log.read_text())
         _wait(run, log, "a step after it", lambda: len(_trained_steps(out)) > at)
-        checkpointed = _state(out)["step"]
-        _wait(run, log, "a later checkpoint", lambda: _state(out)["step"] > checkpointed)
+        assert len(_trained_steps(out)) < STEPS, "the run must still be going"
         injected.append(("learner", _kill(out, "learner")))
         run.wait(timeout=600)
     finally:
