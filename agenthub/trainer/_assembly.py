@@ -289,13 +289,16 @@ class BatchAssembler:
         self.failed = FailedGroups()
         self.no_signal = NoSignal(cfg.algorithm, cfg.run.max_skipped_groups)
         self.shaping = RewardShaping(cfg.reward, cfg.rollout.max_reply_tokens)
+        self._filling: Batch | None = None
+        """A batch whose filling an error cut short (a dead worker): the next call goes on
+        with it, so the groups in it are neither lost nor counted twice."""
 
     async def assemble(self, version: int, deadline: float) -> Batch | None:
         """Take groups until `batch_groups` usable ones are in hand for the learner at policy
         `version`; None when the run stops first (its time is up while groups come slowly,
         say)."""
         wanted = self.cfg.algorithm.batch_groups
-        batch = Batch(shaping=self.shaping)
+        batch = self._filling = self._filling or Batch(shaping=self.shaping)
         while len(batch.groups) < wanted:
             if self.control.stopping:
                 return None
@@ -313,6 +316,7 @@ class BatchAssembler:
             await self._judge(got, version, batch)
             if self._stopped_for_good(version):
                 return None
+        self._filling = None
         return batch
 
     async def _judge(self, got: list[list[Trajectory]], version: int, batch: Batch) -> None:

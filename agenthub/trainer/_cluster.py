@@ -7,14 +7,17 @@ between them, behind the few calls the driver makes (`Cluster`).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
+from agenthub.agents._run_dir import write_atomic
 from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._library_logs import library_log_env, route_library_logs
 
@@ -23,10 +26,24 @@ if TYPE_CHECKING:
     from agenthub.trainer._batch import TrainBatch
     from agenthub.trainer._workers import WorkerStats
 
-__all__ = ["Cluster", "RayCluster", "start_ray"]
+__all__ = ["Cluster", "Lost", "RayCluster", "start_ray"]
 
 _OUTPUT_TO_STDERR = "agenthub.trainer._workers.output_to_stderr"
 """Ray's set-up hook for every process of the run (a name: Ray imports it there)."""
+
+
+_PING_S = 30.0
+"""How long a process of the run may take to answer whether it lives (a busy learner answers
+after its step)."""
+
+
+@dataclass(frozen=True)
+class Lost:
+    """The run's processes found dead, with the error that says so: the learner's, and each
+    rollout worker's by rank."""
+
+    learner: BaseException | None = None
+    workers: dict[int, BaseException] = field(default_factory=dict)
 
 
 class Cluster(Protocol):
@@ -89,13 +106,29 @@ class Cluster(Protocol):
         """Load the learner's checkpoint `tag`; the learner steps it holds."""
         ...
 
+    async def lost(self) -> Lost:
+        """Which of the run's processes have died."""
+        ...
+
+    async def replace_workers(self, ranks: list[int], version: int) -> int:
+        """Start a new rollout worker in place of each dead one of `ranks`, going on from the
+        tasks its predecessor had drawn, with the weights of policy `version`, and set it
+        playing; the episodes the dead ones had in flight (lost)."""
+        ...
+
+    async def episodes_in_flight(self) -> int:
+        """Episodes admitted and not yet trained on: playing, or finished and queued."""
+        ...
+
 
 class RayCluster:
     """The run's Ray actors: `rollout_workers` workers, the learner, the admission gate and the
     bounded trajectory queue. `start()` starts the engines, `open_weight_sync()` joins them to
     the learner, `run_workers()` sets rollouts going, `aclose()` ends every actor.
     `rollout_worker` and `learner` replace the actor classes (`RolloutWorker`, `LearnerWorker`)
-    with others of the same methods: the cluster simulation's (`agenthub.trainer._sim`)."""
+    with others of the same methods: the cluster simulation's (`agenthub.trainer._sim`).
+    With `processes`, the process ids of the learner and each rollout worker are written to
+    that JSON file whenever they change (for an operator's `kill`, or a chaos test's)."""
 
     def __init__(
         self,
@@ -106,11 +139,18 @@ class RayCluster:
         *,
         rollout_worker: type | None = None,
         learner: type | None = None,
+        processes: Path | None = None,
     ) -> None:
         from agenthub.trainer._queue import TrajectoryQueue
         from agenthub.trainer._workers import Admission, LearnerWorker, RolloutWorker
 
+        self.cfg = cfg
+        self.processes = processes
         config = cfg.model_dump(mode="json")
+        self._worker_class = rollout_worker or RolloutWorker
+        self._worker_args = (config, str(model_path))
+        self._drawn = list(tasks_drawn)
+        """Where each rank's worker started in its task stream."""
         groups, staleness = cfg.algorithm.batch_groups, cfg.algorithm.max_staleness
         self.queue: TrajectoryQueue[list[Trajectory]] = TrajectoryQueue(
             (staleness + 2) * groups, actor_options={"num_cpus": 0}
@@ -122,22 +162,29 @@ class RayCluster:
             learner or LearnerWorker, num_cpus=1, num_gpus=cfg.ray.learner_num_gpus
         ).remote(config, str(model_path))
         self.workers = [
-            _actor(
-                rollout_worker or RolloutWorker,
-                num_cpus=1,
-                num_gpus=cfg.ray.worker_num_gpus,
-                max_concurrency=10_000,
-                runtime_env={"env_vars": _worker_env(cfg)},
-            ).remote(config, str(model_path), rank, self.queue, self.admission, tasks_drawn[rank])
-            for rank in range(cfg.ray.rollout_workers)
+            self._new_worker(rank, tasks_drawn[rank], 0) for rank in range(cfg.ray.rollout_workers)
         ]
+        self._lives = [0] * len(self.workers)
         self._running: list[Any] = []
         self._started = False
+
+    def _new_worker(self, rank: int, drawn: int, life: int) -> Any:
+        """Rollout worker `rank`'s actor, going on after `drawn` tasks, in its `life`-th life
+        (named only for a replacement: the simulation's workers are never replaced)."""
+        later = {"life": life} if life else {}
+        return _actor(
+            self._worker_class,
+            num_cpus=1,
+            num_gpus=self.cfg.ray.worker_num_gpus,
+            max_concurrency=10_000,
+            runtime_env={"env_vars": _worker_env(self.cfg)},
+        ).remote(*self._worker_args, rank, self.queue, self.admission, drawn, **later)
 
     async def start(self) -> None:
         """Start every worker's engine and env."""
         await asyncio.gather(*(w.start.remote() for w in self.workers))
         self._started = True
+        await self._write_processes()
 
     async def open_weight_sync(self) -> bool:
         """Join the engines to the learner's weight transfer; whether the learner trains in
@@ -213,6 +260,63 @@ class RayCluster:
 
     async def load_checkpoint(self, directory: Path, tag: str) -> int:
         return int(await self.learner.load_checkpoint.remote(str(directory), tag))
+
+    async def lost(self) -> Lost:
+        import ray
+
+        async def death(actor: Any) -> BaseException | None:
+            try:
+                await asyncio.wait_for(actor.__ray_ready__.remote(), timeout=_PING_S)
+            except ray.exceptions.RayActorError as exc:
+                return exc
+            except TimeoutError:
+                return None  # busy, not dead
+            return None
+
+        learner, *workers = await asyncio.gather(
+            death(self.learner), *(death(w) for w in self.workers)
+        )
+        return Lost(learner, {rank: e for rank, e in enumerate(workers) if e is not None})
+
+    async def replace_workers(self, ranks: list[int], version: int) -> int:
+        """Each new worker is its rank's next life: the admission gate ignores what the dead
+        one still had pending there. Every engine then joins a new weight-transfer group with
+        the learner (the old one had a dead member) and gets the weights of `version`."""
+        import ray
+
+        lost_groups = 0
+        for rank in ranks:
+            ray.kill(self.workers[rank], no_restart=True)
+            groups, drawn = await self.admission.forget.remote(rank)
+            lost_groups += groups
+            if drawn is not None:
+                self._drawn[rank] = drawn
+            self._lives[rank] += 1
+            self.workers[rank] = self._new_worker(rank, self._drawn[rank], self._lives[rank])
+        await asyncio.gather(*(self.workers[rank].start.remote() for rank in ranks))
+        await self.open_weight_sync()
+        await self.publish(version)
+        for rank in ranks:
+            if rank < len(self._running):
+                self._running[rank] = self.workers[rank].run.remote()
+        await self._write_processes()
+        return lost_groups * self.cfg.rollout.n_samples_per_prompt
+
+    async def episodes_in_flight(self) -> int:
+        groups = int(await self.admission.groups_in_flight.remote()) + self.queue.qsize()
+        return groups * self.cfg.rollout.n_samples_per_prompt
+
+    async def _write_processes(self) -> None:
+        """The learner's and each worker's process id, to `processes`."""
+        if self.processes is None:
+            return
+
+        def pid(actor: Any) -> Any:
+            return actor.__ray_call__.remote(lambda self: os.getpid())
+
+        learner, *workers = await asyncio.gather(pid(self.learner), *(pid(w) for w in self.workers))
+        self.processes.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.processes, json.dumps({"learner": learner, "rollout_workers": workers}))
 
 
 def start_ray(cfg: TrainConfig, library_log: Path | None = None) -> None:

@@ -158,6 +158,14 @@ class RunConfig(ConfigSection):
     """Weights & Biases: `auto` logs online when credentials are set up, offline otherwise."""
     seed: int = 0
     """Seed of task order, env resets and sampling."""
+    max_worker_restarts: int = Field(3, ge=0)
+    """Rollout workers whose process dies (the OOM killer, a crash in native code) are
+    replaced, their episodes in flight dropped, up to this many times in any hour; one more
+    stops the run (checkpointing first) with the cause. 0: a lost worker stops the run."""
+    max_learner_restarts: int = Field(2, ge=0)
+    """A learner whose process dies is restarted from the last checkpoint (the steps since are
+    taken again; from step 0 before the first checkpoint), up to this many times in the run's
+    session; one more stops the run with the cause. 0: a lost learner stops the run."""
 
 
 class RayConfig(ConfigSection):

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from agenthub._errors import AgentHubError
 
-__all__ = ["RunControl", "RunSummary", "StopReason", "interruptible"]
+__all__ = ["FaultCounts", "Faults", "RunControl", "RunSummary", "StopReason", "interruptible"]
 
 StopKind = Literal[
     "max_steps", "max_minutes", "interrupted", "failed_groups", "no_signal", "stopped"
@@ -33,16 +35,27 @@ class StopReason:
         return self.message
 
 
+@dataclass
+class FaultCounts:
+    """Processes of a run that died: how many (`seen`), how many the run went on after
+    (`survived`), and the episodes they had in flight, dropped untrained (`episodes_lost`)."""
+
+    seen: int = 0
+    survived: int = 0
+    episodes_lost: int = 0
+
+
 @dataclass(frozen=True)
 class RunSummary:
-    """What a finished (or stopped) run returns: its steps, why it stopped, its time and the
-    held-out reward it started and ended with (None without one)."""
+    """What a finished (or stopped) run returns: its steps, why it stopped, its time, the
+    held-out reward it started and ended with (None without one) and the faults it met."""
 
     steps: int
     stopped: StopReason
     elapsed_s: float
     last_eval_reward: float | None
     first_eval_reward: float | None
+    faults: FaultCounts = field(default_factory=FaultCounts)
 
     @property
     def interrupted(self) -> bool:
@@ -102,6 +115,73 @@ class RunControl:
             return False
         task.result()
         return True
+
+
+class Faults:
+    """The run's lost processes, each told on one line: counted, and bounded. A lost rollout
+    worker is replaced up to `max_worker_restarts` times in any hour, a lost learner restarted
+    up to `max_learner_restarts` times; past either the run stops with the cause."""
+
+    HOUR_S = 3600.0
+
+    def __init__(
+        self,
+        max_worker_restarts: int,
+        max_learner_restarts: int,
+        log: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_worker_restarts = max_worker_restarts
+        self.max_learner_restarts = max_learner_restarts
+        self.log = log
+        self.clock = clock
+        self.counts = FaultCounts()
+        self._worker_restarts: deque[float] = deque()
+        self._learner_restarts = 0
+
+    def worker_lost(self, rank: int, cause: BaseException) -> bool:
+        """Count rollout worker `rank`'s death; whether it may be replaced."""
+        self.counts.seen += 1
+        now = self.clock()
+        while self._worker_restarts and now - self._worker_restarts[0] >= self.HOUR_S:
+            self._worker_restarts.popleft()
+        if len(self._worker_restarts) >= self.max_worker_restarts:
+            self.log(
+                f"rollout worker {rank} died ({_cause(cause)}), with "
+                f"{len(self._worker_restarts)} workers replaced in the last hour already "
+                f"(run.max_worker_restarts={self.max_worker_restarts}): stopping the run"
+            )
+            return False
+        self._worker_restarts.append(now)
+        self.log(f"rollout worker {rank} died ({_cause(cause)}); replacing it")
+        return True
+
+    def learner_lost(self, cause: BaseException) -> bool:
+        """Count the learner's death; whether it may be restarted."""
+        self.counts.seen += 1
+        if self._learner_restarts >= self.max_learner_restarts:
+            self.log(
+                f"the learner died ({_cause(cause)}), restarted {self._learner_restarts} "
+                f"times already (run.max_learner_restarts={self.max_learner_restarts}): "
+                "stopping the run"
+            )
+            return False
+        self._learner_restarts += 1
+        self.log(f"the learner died ({_cause(cause)}); restarting it from the last checkpoint")
+        return True
+
+    def survived(self, episodes_lost: int, what: str) -> None:
+        """The run goes on after a fault: `what` it did, and the episodes it dropped."""
+        self.counts.survived += 1
+        self.counts.episodes_lost += episodes_lost
+        self.log(f"{what}; {episodes_lost} episode(s) in flight lost, the run goes on")
+
+
+def _cause(exc: BaseException) -> str:
+    """An error's first line, short: Ray's actor errors run to a page."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    return f"{type(exc).__name__}: {first[:200]}" if first else type(exc).__name__
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

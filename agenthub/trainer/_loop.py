@@ -29,7 +29,7 @@ from agenthub.trainer._assembly import Batch, BatchAssembler
 from agenthub.trainer._checkpoint import Checkpointer
 from agenthub.trainer._cluster import Cluster, RayCluster, start_ray
 from agenthub.trainer._config import TrainConfig
-from agenthub.trainer._control import RunControl, RunSummary, StopReason, interruptible
+from agenthub.trainer._control import Faults, RunControl, RunSummary, StopReason, interruptible
 from agenthub.trainer._evaluation import HeldOutEvaluator, HeldOutRewards
 from agenthub.trainer._library_logs import library_log
 from agenthub.trainer._metrics import (
@@ -41,6 +41,7 @@ from agenthub.trainer._metrics import (
 )
 from agenthub.trainer._preflight import check_env
 from agenthub.trainer._publisher import WeightPublisher
+from agenthub.trainer._recovery import LearnerLost, Recovery
 from agenthub.trainer._rundir import SAMPLES, CheckpointState, RunDirectory, disk_full
 
 if TYPE_CHECKING:
@@ -86,6 +87,16 @@ class _Parts:
     checkpointer: Checkpointer
 
 
+@dataclass
+class _Progress:
+    """Where the loop stands: the learner's step, the last step whose metrics are written,
+    and whether a learner step is under way (the learner's state is then not a step's)."""
+
+    step: int
+    logged: int
+    learning: bool = False
+
+
 class _Clock:
     """The run's time, counting earlier sessions', and its `max_minutes` deadline."""
 
@@ -123,6 +134,9 @@ class Trainer:
         self.build_progress = build_progress  # shows the default model's first build
         self.control = RunControl()
         self.held_out = HeldOutRewards()
+        run = config.run
+        self.faults = Faults(run.max_worker_restarts, run.max_learner_restarts, log)
+        self.recovery = Recovery(self.faults)
         self._make_cluster = cluster
         self._set_up = False  # the run directory holds this run (--resume can find it)
 
@@ -171,22 +185,51 @@ class Trainer:
         self._set_up = True
         make_cluster = self._make_cluster or self._ray_cluster()
         with interruptible(asyncio.get_running_loop(), self.control, self.log):
-            start = _Start.of(state, cfg)
-            cluster = make_cluster(cfg, start.step, start.tasks_drawn)
-            try:
-                metrics = MetricsLog(
-                    self.dir.path,
-                    title=f"agenthub train --env {cfg.env}",
-                    wandb=cfg.run.wandb,
-                    config=cfg.model_dump(mode="json"),
-                    resume=self.resume,
-                )
+            restarted = False
+            while True:
                 try:
-                    return await self._session(self._parts(cluster, metrics), state, start)
-                finally:
-                    metrics.close()
+                    return await self._open_session(make_cluster, state, restarted)
+                except LearnerLost as lost:
+                    state = self._restart_point(lost)
+                    restarted = True
+
+    async def _open_session(
+        self, make_cluster: ClusterFactory, state: CheckpointState | None, restarted: bool
+    ) -> RunSummary:
+        """One session: a cluster from `state` (None: step 0), and its metrics log."""
+        cfg = self.config
+        start = _Start.of(state, cfg)
+        cluster = make_cluster(cfg, start.step, start.tasks_drawn)
+        try:
+            metrics = MetricsLog(
+                self.dir.path,
+                title=f"agenthub train --env {cfg.env}",
+                wandb=cfg.run.wandb,
+                config=cfg.model_dump(mode="json"),
+                resume=self.resume or restarted,
+            )
+            try:
+                return await self._session(self._parts(cluster, metrics), state, start)
             finally:
-                await cluster.aclose()
+                metrics.close()
+        finally:
+            await cluster.aclose()
+
+    def _restart_point(self, lost: LearnerLost) -> CheckpointState | None:
+        """After the learner died: the run directory cut back to its last checkpoint, as
+        `--resume` does, and that checkpoint's state (None: from step 0)."""
+        state = self.dir.prepare(self.config, resume=True, log=self.log)
+        self.held_out = HeldOutRewards()
+        if state is not None:
+            self.held_out.replay(read_metrics(self.dir.metrics))
+            where = f"{state.tag} (policy version {state.step})"
+        else:
+            where = "the initial weights (step 0): the run had no checkpoint yet"
+        redone = lost.step - (state.step if state else 0)
+        self.faults.survived(
+            lost.episodes, f"the learner restarts from {where}; {redone} step(s) are taken again"
+        )
+        return state
 
     def _ray_cluster(self) -> ClusterFactory:
         """Resolve the model (building the default one, the first time) and start Ray."""
@@ -195,7 +238,10 @@ class Trainer:
         model_path = resolve_model(self.config.model, needed=True, progress=self.build_progress)
         assert model_path is not None
         start_ray(self.config, library_log(self.dir.path))
-        return lambda cfg, version, drawn: RayCluster(cfg, model_path, version, drawn)
+        processes = self.dir.processes
+        return lambda cfg, version, drawn: RayCluster(
+            cfg, model_path, version, drawn, processes=processes
+        )
 
     def _parts(self, cluster: Cluster, metrics: MetricsLog) -> _Parts:
         cfg, log = self.config, self.log
@@ -238,41 +284,56 @@ class Trainer:
         return await self._loop(parts, start.step, _Clock(start.elapsed_s, cfg.run.max_minutes))
 
     async def _loop(self, parts: _Parts, step: int, clock: _Clock) -> RunSummary:
+        """Train until `max_steps` or a stop, replacing rollout workers that die on the way
+        (a learner that dies ends the session: `LearnerLost`)."""
+        p, at = parts, _Progress(step, logged=step)
+        while True:
+            try:
+                await self._steps(p, at, clock)
+                break
+            except Exception as exc:
+                outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
+                if outcome == "go_on":
+                    continue
+                # A rollout worker failed: the learner's steps since the last checkpoint need
+                # not be lost with it, if it holds the state of a logged step.
+                if outcome != "learner_dead" and not at.learning and at.logged == at.step:
+                    await p.checkpointer.save_after_failure(
+                        at.step, clock.elapsed(), p.publisher.pending
+                    )
+                p.publisher.forget_failure()
+                raise
+        return await self._finish(p, at.step, clock)
+
+    async def _steps(self, p: _Parts, at: _Progress, clock: _Clock) -> None:
         """Batch, learn, publish the weights, log; until `max_steps` or a stop."""
-        cfg, p = self.config, parts
+        cfg = self.config
         rate = _TokenRate(await _generated_tokens(p.cluster))
-        logged, learning = step, False  # logged: the last step whose metrics are written
-        try:
-            while step < cfg.run.max_steps and not self.control.stopping:
-                step_start = time.monotonic()
-                batch = await p.assembler.assemble(step, clock.deadline)
-                if batch is None:
-                    break
-                await p.publisher.wait()
-                learn_start = time.monotonic()
-                learning = True  # until it returns, the learner's state is not a step's
-                learned = await p.cluster.learn(batch.collate(cfg.algorithm))
-                learning = False
-                learn_s = time.monotonic() - learn_start
-                step += 1
-                sync = p.publisher.publish(step)
-                if cfg.algorithm.max_staleness == 0:
-                    await sync  # synchronous: the next rollouts need these weights
-                record = await self._record(
-                    p, step, batch, learned, step_start, learn_s, clock, rate
-                )
-                p.metrics.log(record.to_json())
-                logged = step
-                self._save_samples(batch)
-                await self._after_step(p, record, sync)
-        except Exception:
-            # A rollout worker died or failed: the learner's steps since the last checkpoint
-            # need not be lost with it, if it holds the state of a logged step.
-            if not learning and logged == step:
-                await p.checkpointer.save_after_failure(step, clock.elapsed(), p.publisher.pending)
-            p.publisher.forget_failure()
-            raise
-        return await self._finish(p, step, clock)
+        while at.step < cfg.run.max_steps and not self.control.stopping:
+            step_start = time.monotonic()
+            batch = await p.assembler.assemble(at.step, clock.deadline)
+            if batch is None:
+                break
+            await p.publisher.wait()
+            learn_start = time.monotonic()
+            at.learning = True
+            learned = await p.cluster.learn(batch.collate(cfg.algorithm))
+            at.learning = False
+            learn_s = time.monotonic() - learn_start
+            at.step += 1
+            sync = p.publisher.publish(at.step)
+            if cfg.algorithm.max_staleness == 0:
+                # Synchronous: the next rollouts need these weights. A failed sync is raised
+                # where the next batch waits, once this step's metrics are written.
+                await asyncio.wait({sync})
+            record = await self._record(
+                p, at.step, batch, learned, step_start, learn_s, clock, rate
+            )
+            p.metrics.log(record.to_json())
+            at.logged = at.step
+            self._save_samples(batch)
+            await self._after_step(p, record, sync)
+            p.cluster.check_workers()  # a dead worker is replaced now, not when groups run out
 
     async def _record(
         self,
@@ -335,7 +396,10 @@ class Trainer:
 
     def _summary(self, step: int, elapsed_s: float) -> RunSummary:
         reason = self.control.reason or StopReason("stopped", "stopped")
-        return RunSummary(step, reason, elapsed_s, self.held_out.last, self.held_out.first)
+        held_out = self.held_out
+        return RunSummary(
+            step, reason, elapsed_s, held_out.last, held_out.first, self.faults.counts
+        )
 
 
 class _TokenRate:

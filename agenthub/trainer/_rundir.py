@@ -26,6 +26,7 @@ CHECKPOINTS = "checkpoints"
 METRICS = "metrics.jsonl"
 MODEL = "model"  # the policy as a Hugging Face model, written with each checkpoint
 SAMPLES = "trajectories.jsonl"  # trajectories of each step, `run.save_trajectories` of them
+PROCESSES = "logs/processes.json"  # the learner's and rollout workers' process ids
 
 _CHECKPOINT_BOUND = ("model", "learner.zero_stage", "learner.bf16", "ray.rollout_workers")
 """Settings a checkpoint is written for: DeepSpeed loads its states only into the same model,
@@ -61,6 +62,7 @@ class RunDirectory:
         self.checkpoints = path / CHECKPOINTS
         self.metrics = path / METRICS
         self.model = path / MODEL
+        self.processes = path / PROCESSES
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

@@ -96,6 +96,10 @@ class Admission:
     version v is then trained by version v + max_staleness at the latest. Groups the learner
     discards (filtered, failed, too stale) give their place back. The hard bound is enforced
     again when batches are assembled, from the versions recorded on every token.
+
+    Rollout workers that name themselves (`rank`, and `life`: how many workers held that rank
+    before) are also followed one by one, for when one dies: the groups it had admitted but
+    not yet queued, and how many tasks it had drawn up to its last admitted one.
     """
 
     def __init__(self, batch_groups: int, max_staleness: int, version: int = 0) -> None:
@@ -104,6 +108,9 @@ class Admission:
         self.version = version
         self.started = version * batch_groups
         self.discarded = 0
+        self.in_flight: dict[int, int] = {}
+        self.drawn: dict[int, int] = {}
+        self.lives: dict[int, int] = {}
         self._changed = asyncio.Condition()
 
     def _open(self) -> bool:
@@ -111,12 +118,39 @@ class Admission:
             (self.version + self.max_staleness + 1) * self.batch
         )
 
-    async def acquire(self) -> int:
-        """Wait for room, take it; returns the policy version it was admitted under."""
+    async def acquire(self, rank: int | None = None, drawn: int = 0, life: int = 0) -> int:
+        """Wait for room, take it; returns the policy version it was admitted under. `rank`'s
+        worker had drawn `drawn` tasks, this group's among them. A call from a worker that has
+        died since (an older `life`) takes no room."""
         async with self._changed:
             await self._changed.wait_for(self._open)
+            if rank is not None:
+                if life != self.lives.get(rank, 0):
+                    return self.version
+                self.in_flight[rank] = self.in_flight.get(rank, 0) + 1
+                self.drawn[rank] = drawn
             self.started += 1
             return self.version
+
+    def landed(self, rank: int, life: int = 0) -> None:
+        """`rank`'s worker queued one of its groups."""
+        if life == self.lives.get(rank, 0):
+            self.in_flight[rank] -= 1
+
+    async def forget(self, rank: int) -> tuple[int, int | None]:
+        """`rank`'s worker died: the groups it had in flight never come, so their places go
+        back. Returns how many, and the tasks it had drawn up to its last admitted one (None
+        if it was admitted none), where its replacement (the next life) goes on from."""
+        async with self._changed:
+            lost = self.in_flight.pop(rank, 0)
+            self.lives[rank] = self.lives.get(rank, 0) + 1
+            self.discarded += lost
+            self._changed.notify_all()
+            return lost, self.drawn.pop(rank, None)
+
+    def groups_in_flight(self) -> int:
+        """Groups that named workers have admitted and not yet queued."""
+        return sum(self.in_flight.values())
 
     async def set_version(self, version: int) -> None:
         async with self._changed:
@@ -151,10 +185,13 @@ class RolloutWorker:
         queue: Any,
         admission: Any,
         tasks_done: int = 0,
+        life: int = 0,
     ) -> None:
         self.config = TrainConfig.model_validate(config)
         self.model_path = model_path
         self.rank = rank
+        self.life = life
+        """How many workers held this rank before (each replaced one that died)."""
         self.queue = queue
         self.admission = admission
         self.tasks_drawn = tasks_done
@@ -203,9 +240,10 @@ class RolloutWorker:
         async def push(group: list[Trajectory]) -> None:
             self.generated_tokens += sum(t.num_generated_tokens for t in group)
             await self.queue.put_batch([group])
+            await self.admission.landed.remote(self.rank, self.life)
 
-        async def admit() -> None:
-            await self.admission.acquire.remote()
+        async def admit() -> None:  # each task is drawn before it is admitted
+            await self.admission.acquire.remote(self.rank, self.tasks_drawn, self.life)
 
         await self.runner.run(counted(), on_group=push, admission=admit)
 
@@ -300,9 +338,13 @@ class LearnerWorker:
         return self.learner.bf16
 
     def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> None:
-        """Open the weight-transfer group with the rollout workers' engines."""
+        """Open the weight-transfer group with the rollout workers' engines (again, with a
+        new group, after one was replaced)."""
         from agenthub.trainer._weight_sync import open_sender, transfer_backend
 
+        previous = getattr(self, "sender", None)
+        if previous is not None:
+            previous.shutdown()
         self.sender, self.client = open_sender(
             self.learner.engine.module,
             self.learner.config.zero_stage == 3,

@@ -208,7 +208,9 @@ def _title(process: Any) -> str:
 
 @pytest.mark.timeout(900)
 def test_a_run_whose_learner_dies_says_so_and_where_to_go_on(tmp_path: Path) -> None:
+    # With no restart allowed; test_chaos.py has the run go on.
     args = ["--env", "code_exec", "--steps", "1000", *SMALL, "eval.every=0"]
+    args += ["run.max_learner_restarts=0"]
     out, returncode, output = _killed(
         tmp_path,
         "ray::LearnerWorker",
@@ -228,6 +230,7 @@ def test_a_run_whose_learner_dies_says_so_and_where_to_go_on(tmp_path: Path) -> 
 def test_a_run_whose_rollout_worker_dies_keeps_the_learners_steps(tmp_path: Path) -> None:
     args = ["--env", "code_exec", "--steps", "1000", *SMALL, "eval.every=0"]
     args += ["run.checkpoint_every=1000"]  # no periodic checkpoint
+    args += ["run.max_worker_restarts=0"]  # none replaced; test_chaos.py has them replaced
     out, returncode, output = _killed(
         tmp_path, "ray::RolloutWorker", lambda out: len(_trained_steps(out)) >= 2, *args
     )

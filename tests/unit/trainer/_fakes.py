@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from agenthub.agents import Timings, Trajectory
 from agenthub.agents._eval_summary import EvalSummary, TokenCounts
 from agenthub.agents._trajectory import EpisodeError
 from agenthub.trainer._batch import TrainBatch
+from agenthub.trainer._cluster import Lost
 from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._workers import WorkerStats
@@ -81,6 +83,20 @@ def informative(version: int) -> list[list[Trajectory]]:
     return [[trajectory(1.0, version), trajectory(0.0, version)]]
 
 
+@dataclass
+class Kills:
+    """When the fake's processes die, shared by every cluster a run makes: rollout worker 0
+    once the learner reaches each step of `worker_at` (before its next batch), the learner
+    during each learner step of `learner_at`. Each happens once."""
+
+    worker_at: list[int] = field(default_factory=list)
+    learner_at: list[int] = field(default_factory=list)
+
+
+class ProcessDied(Exception):
+    """What the fake raises where Ray raises `ActorDiedError`."""
+
+
 class FakeCluster:
     """Rollout workers whose queue gives `groups(version)` at each take (a timeout when it
     gives none), a learner that counts its steps and writes checkpoints as directories, and
@@ -95,6 +111,7 @@ class FakeCluster:
         groups: Groups = informative,
         eval_rewards: list[float] | None = None,
         on_learn: Callable[[int], None] | None = None,
+        kills: Kills | None = None,
     ) -> None:
         self.cfg = cfg
         self.version = version
@@ -107,6 +124,11 @@ class FakeCluster:
         self.given_back = 0
         self.saved_models: list[tuple[Path, dict[str, Any]]] = []
         self.closed = False
+        self.kills = kills or Kills()
+        self.dead_workers: set[int] = set()
+        self.learner_dead = False
+        self.replaced: list[tuple[list[int], int, list[int]]] = []
+        """Each replacement: the ranks, the policy version, and the tasks drawn then."""
 
     async def start(self) -> None:
         self.calls.append("start")
@@ -125,6 +147,11 @@ class FakeCluster:
 
     async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
         await asyncio.sleep(0)
+        if self.version in self.kills.worker_at:
+            self.kills.worker_at.remove(self.version)
+            self.dead_workers.add(0)
+        if self.dead_workers:
+            raise TimeoutError("no trajectory arrived")
         got = self.groups(self.version)[:most]
         if not got:
             raise TimeoutError("no trajectory arrived")
@@ -135,12 +162,17 @@ class FakeCluster:
         self.given_back += groups
 
     def check_workers(self) -> None:
-        pass
+        if self.dead_workers:
+            raise ProcessDied(f"rollout worker {min(self.dead_workers)} died")
 
     def queue_depth(self) -> int:
         return 0
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
+        if self.learner_steps + 1 in self.kills.learner_at:
+            self.kills.learner_at.remove(self.learner_steps + 1)
+            self.learner_dead = True
+            raise ProcessDied("the learner died")
         self.learner_steps += 1
         if self.on_learn is not None:
             self.on_learn(self.learner_steps)
@@ -166,6 +198,20 @@ class FakeCluster:
     async def load_checkpoint(self, directory: Path, tag: str) -> int:
         self.learner_steps = int(_read(directory / tag / "steps"))
         return self.learner_steps
+
+    async def lost(self) -> Lost:
+        learner = ProcessDied("the learner died") if self.learner_dead else None
+        return Lost(learner, {rank: ProcessDied("killed") for rank in self.dead_workers})
+
+    async def replace_workers(self, ranks: list[int], version: int) -> int:
+        """Two episodes of each dead worker were in flight."""
+        self.dead_workers.difference_update(ranks)
+        self.version = version
+        self.replaced.append((ranks, version, list(self.tasks_drawn)))
+        return 2 * len(ranks)
+
+    async def episodes_in_flight(self) -> int:
+        return 4
 
 
 def _write(path: Path, text: str) -> None:

@@ -14,9 +14,10 @@ pytest.importorskip("torch", reason="the trainer needs the train extra")
 from agenthub import AgentHubError
 from agenthub.trainer import RunDirectory, StepReport, Trainer
 from agenthub.trainer._config import TrainConfig, load_config
+from agenthub.trainer._control import FaultCounts
 from agenthub.trainer._metrics import read_metrics
 
-from ._fakes import FakeCluster, trajectory
+from ._fakes import FakeCluster, Kills, ProcessDied, trajectory
 
 SMALL = [
     "env=math",
@@ -34,8 +35,11 @@ class _Clusters:
     def __init__(self, **options: object) -> None:
         self.options = options
         self.made: list[FakeCluster] = []
+        self.started_at: list[int] = []
+        """The policy version each cluster was made at."""
 
     def __call__(self, cfg: TrainConfig, version: int, drawn: list[int]) -> FakeCluster:
+        self.started_at.append(version)
         self.made.append(FakeCluster(cfg, version, drawn, **self.options))  # type: ignore[arg-type]
         return self.made[-1]
 
@@ -125,3 +129,114 @@ def test_failed_groups_stop_the_run_with_their_error_once_checkpointed(tmp_path:
     state = RunDirectory(tmp_path).state()
     assert state is not None and state.step == 2
     assert trainer.control.reason is not None and trainer.control.reason.kind == "failed_groups"
+
+
+def test_a_dead_rollout_worker_is_replaced_and_the_run_goes_on(tmp_path: Path) -> None:
+    trainer, clusters, said, _ = _train(tmp_path, "run.max_steps=4", kills=Kills(worker_at=[2]))
+    summary = trainer.run()
+    assert summary.steps == 4 and summary.stopped.kind == "max_steps"
+    assert _trained(tmp_path) == [1, 2, 3, 4], "no step lost or taken twice"
+    assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 4
+    cluster = clusters.made[0]
+    assert len(clusters.made) == 1, "the same session goes on"
+    assert [(ranks, version) for ranks, version, _ in cluster.replaced] == [([0], 2)]
+    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
+    assert summary.to_json()["faults"] == {"seen": 1, "survived": 1, "episodes_lost": 2}
+    assert any(line.startswith("rollout worker 0 died (ProcessDied: killed)") for line in said)
+    assert (
+        "rollout worker 0 replaced, its engine at policy version 2; 2 episode(s) in flight "
+        "lost, the run goes on" in said
+    )
+
+
+def test_rollout_workers_dying_past_their_budget_stop_the_run(tmp_path: Path) -> None:
+    trainer, _, said, _ = _train(
+        tmp_path, "run.max_steps=9", "run.max_worker_restarts=1", kills=Kills(worker_at=[1, 3])
+    )
+    with pytest.raises(ProcessDied, match="rollout worker 0 died"):
+        trainer.run()
+    assert _trained(tmp_path) == [1, 2, 3]
+    state = RunDirectory(tmp_path).state()
+    assert state is not None and state.step == 3, "checkpointed after the failure"
+    assert trainer.faults.counts == FaultCounts(seen=2, survived=1, episodes_lost=2)
+    assert any("run.max_worker_restarts=1): stopping the run" in line for line in said)
+
+
+def test_the_worker_budget_is_per_hour(tmp_path: Path) -> None:
+    trainer, _, _, _ = _train(tmp_path, "run.max_worker_restarts=1")
+    faults, now = trainer.faults, [0.0]
+    faults.clock = lambda: now[0]
+    assert faults.worker_lost(0, ProcessDied("killed"))
+    now[0] = 3599.0
+    assert not faults.worker_lost(0, ProcessDied("killed")), "a second within the hour"
+    now[0] = 3601.0
+    assert faults.worker_lost(0, ProcessDied("killed")), "the first is an hour old"
+
+
+def test_a_dead_learner_restarts_from_the_last_checkpoint(tmp_path: Path) -> None:
+    # Checkpoints at steps 2 and 4; the learner dies during step 5.
+    trainer, clusters, said, _ = _train(tmp_path, "run.max_steps=6", kills=Kills(learner_at=[5]))
+    summary = trainer.run()
+    assert summary.steps == 6 and summary.stopped.kind == "max_steps"
+    assert _trained(tmp_path) == [1, 2, 3, 4, 5, 6], "metrics cut back, no step twice"
+    assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 6
+    assert clusters.started_at == [0, 4], "a new session from the checkpoint"
+    assert clusters.made[0].closed, "the dead learner's session is closed"
+    assert clusters.made[1].learner_steps == 6
+    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=4)
+    assert (
+        "the learner died (ProcessDied: the learner died); restarting it from the last "
+        "checkpoint" in said
+    )
+    assert (
+        "the learner restarts from step-4 (policy version 4); 0 step(s) are taken again; 4 "
+        "episode(s) in flight lost, the run goes on" in said
+    )
+    assert "resumed from step-4 (policy version 4)" in said
+
+
+def test_a_learner_dead_before_any_checkpoint_restarts_from_step_0(tmp_path: Path) -> None:
+    trainer, _, said, _ = _train(tmp_path, "run.max_steps=3", kills=Kills(learner_at=[2]))
+    summary = trainer.run()
+    assert summary.steps == 3 and _trained(tmp_path) == [1, 2, 3]
+    assert _evaluated(tmp_path) == [0, 2, 3], "the logs started again with the run"
+    assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 3
+    assert any(
+        "the learner restarts from the initial weights (step 0): the run had no checkpoint yet; "
+        "1 step(s) are taken again" in line
+        for line in said
+    )
+
+
+def test_learner_restarts_past_their_budget_stop_the_run(tmp_path: Path) -> None:
+    trainer, clusters, said, _ = _train(
+        tmp_path, "run.max_steps=9", "run.max_learner_restarts=1", kills=Kills(learner_at=[3, 3])
+    )
+    with pytest.raises(ProcessDied, match="the learner died"):
+        trainer.run()
+    assert len(clusters.made) == 2 and all(c.closed for c in clusters.made)
+    assert _trained(tmp_path) == [1, 2]
+    assert trainer.faults.counts == FaultCounts(seen=2, survived=1, episodes_lost=4)
+    assert any("run.max_learner_restarts=1): stopping the run" in line for line in said)
+
+
+async def _admission_after_a_death() -> tuple[tuple[int, int | None], dict[str, int], int]:
+    from agenthub.trainer._workers import Admission
+
+    gate = Admission(batch_groups=2, max_staleness=1)
+    for drawn in (1, 2, 3):  # worker 0 admits three groups, queues one, then dies
+        await gate.acquire(0, drawn)
+    gate.landed(0)
+    forgotten = await gate.forget(0)
+    await gate.acquire(0, 7, life=0)  # a call the dead worker left pending: no room taken
+    await gate.acquire(0, 4, life=1)  # its replacement's first group
+    return forgotten, gate.stats(), gate.groups_in_flight()
+
+
+def test_a_dead_workers_groups_in_flight_give_their_places_back() -> None:
+    import asyncio
+
+    forgotten, stats, in_flight = asyncio.run(_admission_after_a_death())
+    assert forgotten == (2, 3), "two groups lost; the replacement goes on after task 3"
+    assert stats == {"started": 4, "discarded": 2, "version": 0}
+    assert in_flight == 1

@@ -1,0 +1,88 @@
+"""A training run on the embedded default model that loses processes on the way and still
+reaches its step count: its rollout worker SIGKILLed once a checkpoint exists, then its
+learner, the way the OOM killer would. The run replaces the one and restarts the other from
+its last checkpoint, without a restart of the command, and what it leaves is whole: every
+step's metrics once and in order, no sample trajectory twice or from a policy the restarted
+learner never had, and a checkpoint at the last step. A dockerd restart under a run is
+`test_sandbox_engine_loss.py`'s: it does not fit this run's time as well."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.trainer.test_train_cli import _records, _start, _state, _trained_steps
+
+pytestmark = [pytest.mark.integration]
+
+STEPS = 8
+ARGS = [
+    "--env", "math", "--steps", str(STEPS),
+    "rollout.n_samples_per_prompt=4", "rollout.concurrency=16", "rollout.max_reply_tokens=64",
+    "algorithm.batch_groups=2", "algorithm.max_staleness=1",
+    "eval.every=0", "run.checkpoint_every=2", "run.save_trajectories=2", "run.wandb=disabled",
+]  # fmt: skip
+
+
+def _wait(run: subprocess.Popen[str], log: Path, what: str, ready: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and run.poll() is None and not ready():
+        time.sleep(0.5)
+    assert ready(), f"waiting for {what}:\n{log.read_text()[-4000:]}"
+
+
+def _kill(out: Path, role: str) -> int:
+    """SIGKILL the run's `role` process ("learner", or "rollout_workers" for the first
+    worker), as the run's logs/processes.json names it."""
+    processes = json.loads((out / "logs" / "processes.json").read_text())
+    pid = processes[role] if role == "learner" else processes[role][0]
+    os.kill(pid, signal.SIGKILL)
+    return int(pid)
+
+
+@pytest.mark.timeout(1200)
+def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path) -> None:
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    run = _start(out, log, *ARGS)
+    injected = []
+    try:
+        _wait(run, log, "the first checkpoint", lambda: (out / "checkpoints/state.json").exists())
+        injected.append(("rollout worker", _kill(out, "rollout_workers")))
+        at = len(_trained_steps(out))
+        _wait(run, log, "the worker's replacement", lambda: "replaced" in log.read_text())
+        _wait(run, log, "a step after it", lambda: len(_trained_steps(out)) > at)
+        assert len(_trained_steps(out)) < STEPS, "the run must still be going"
+        injected.append(("learner", _kill(out, "learner")))
+        run.wait(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    output = log.read_text()
+    assert run.returncode == 0, output[-6000:]
+    summary = json.loads(next(ln for ln in reversed(output.splitlines()) if ln.startswith("{")))
+    print(f"faults injected: {injected}; the run's count: {summary['faults']}")
+    assert summary["steps"] == STEPS and summary["stopped"] == f"reached max_steps={STEPS}"
+    assert summary["faults"]["seen"] == summary["faults"]["survived"] == len(injected)
+    assert "rollout worker 0 died" in output and "the learner died" in output
+    assert "the learner restarts from step-" in output
+
+    steps = [r["step"] for r in _records(out) if "train/reward" in r]
+    assert steps == list(range(1, STEPS + 1)), "every step's metrics once, in order"
+    assert _state(out)["step"] == STEPS
+    assert (out / "checkpoints" / _state(out)["tag"]).is_dir()
+
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * STEPS and len(set(lines)) == len(lines), "none trained twice"
+    for i, line in enumerate(lines):
+        step = i // 2 + 1
+        versions = json.loads(line)["policy_versions"]
+        # Sampled by a policy of this timeline: never newer than the weights the step had.
+        assert max(versions) <= step - 1, (step, versions)
+        assert versions == sorted(versions), "within an episode, versions only grow"
