@@ -48,3 +48,17 @@ class WeightPublisher:
         sync = self.pending
         if sync is not None and sync.done() and not sync.cancelled():
             sync.exception()
+
+    async def settle(self, timeout_s: float) -> bool:
+        """Let the sync in flight end (one into a dead engine fails, or is cut by the transfer
+        group's timeout), its failure seen, and forget it; False when it is still running after
+        `timeout_s`."""
+        sync = self.pending
+        if sync is None:
+            return True
+        await asyncio.wait({sync}, timeout=timeout_s)
+        if not sync.done():
+            return False
+        self.forget_failure()
+        self.pending = None
+        return True

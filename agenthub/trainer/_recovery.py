@@ -4,7 +4,6 @@ checkpoint (`LearnerLost`). Both are counted and bounded by `Faults`."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Literal
 
 from agenthub.trainer._cluster import Cluster
@@ -54,13 +53,8 @@ class Recovery:
             return "failed"
         if not all(self.faults.worker_lost(rank, e) for rank, e in sorted(lost.workers.items())):
             return "failed"
-        sync = publisher.pending
-        if sync is not None:  # into a dead engine: it fails, or is cut by its timeout
-            await asyncio.wait({sync}, timeout=SETTLE_S)
-            if not sync.done():
-                return "failed"
-            publisher.forget_failure()
-            publisher.pending = None
+        if not await publisher.settle(SETTLE_S):
+            return "failed"
         ranks = sorted(lost.workers)
         episodes = await cluster.replace_workers(ranks, step)
         named = ", ".join(str(rank) for rank in ranks)
