@@ -38,14 +38,25 @@ def render_plain(task: Task) -> str:
     return "".join(f"{m.role}: {m.content}\n" for m in task.prompt) + "assistant: "
 
 
-def dataset_splits(dataset: str | None, eval_dataset: str | None) -> dict[str, str | None]:
-    """An env's `dataset`/`eval_dataset` arguments as its splits, each file checked to exist
-    now, so a wrong path fails when the env is made rather than when tasks are first read."""
-    for argument, path in (("dataset", dataset), ("eval_dataset", eval_dataset)):
-        if path is not None and not Path(path).is_file():
-            what = "is not a regular file" if Path(path).exists() else "does not exist"
-            raise TaskFileError(f"{argument}={path}: the task file {what}")
-    return {"train": dataset, "held_out": eval_dataset}
+class TaskFiles:
+    """An env's `dataset=`/`eval_dataset=` task files, for its `train` and `held_out` splits,
+    each checked to exist now, so a wrong path fails when the env is made rather than when
+    tasks are first read."""
+
+    def __init__(self, dataset: str | None, eval_dataset: str | None) -> None:
+        for argument, path in (("dataset", dataset), ("eval_dataset", eval_dataset)):
+            if path is not None and not Path(path).is_file():
+                what = "is not a regular file" if Path(path).exists() else "does not exist"
+                raise TaskFileError(f"{argument}={path}: the task file {what}")
+        self._paths = {"train": dataset, "held_out": eval_dataset}
+
+    def of(self, split: str, env: object) -> str | None:
+        """The file of `split`; None when `env` was given no file at all (its own tasks
+        then); `no_dataset_for`'s error when it was given one for another split only."""
+        path = self._paths.get(split)
+        if path is None and any(self._paths.values()):
+            raise no_dataset_for(env, split)
+        return path
 
 
 def scored_texts(prompt: str, action: str) -> tuple[str, str]:

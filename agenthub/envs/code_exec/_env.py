@@ -5,7 +5,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
-from agenthub.envs._tasks import dataset_splits, no_dataset_for
+from agenthub.envs._tasks import TaskFiles
 from agenthub.envs.code_exec._extract import extract_code
 from agenthub.envs.code_exec._formats import read_code_tasks
 from agenthub.envs.code_exec._generator import generate_tasks
@@ -71,7 +71,7 @@ class CodeExecEnv(Env[list[Message]]):
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, got {max_turns}")
-        self._datasets = dataset_splits(dataset, eval_dataset)
+        self._files = TaskFiles(dataset, eval_dataset)
         self._task_format = task_format
         self._num_tasks = num_tasks
         self._task_seed = task_seed
@@ -84,11 +84,9 @@ class CodeExecEnv(Env[list[Message]]):
         self._turn = 0
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
-        path = self._datasets.get(split)
+        path = self._files.of(split, self)
         if path is not None:
             return read_code_tasks(path, format=self._task_format)
-        if any(self._datasets.values()):
-            raise no_dataset_for(self, split)
         return generate_tasks(split, self._num_tasks, seed=self._task_seed)
 
     async def reset(

@@ -7,7 +7,7 @@ from typing import Any
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
 from agenthub.envs._http import HttpPolicy, url_list
-from agenthub.envs._tasks import dataset_splits, no_dataset_for, read_jsonl_tasks, scored_texts
+from agenthub.envs._tasks import TaskFiles, read_jsonl_tasks, scored_texts
 from agenthub.envs.judge._llm import DEFAULT_RUBRIC, EXAMPLE_BASE_URL, LLMJudge
 from agenthub.envs.reward_func import RemoteRewardModel
 from agenthub.envs.reward_func._remote import EXAMPLE_URL
@@ -105,15 +105,13 @@ class JudgeEnv(Env[list[Message]]):
             assert rm_url is not None
             urls = url_list(rm_url, argument="rm_url", example=EXAMPLE_URL)
             self._rm = RemoteRewardModel(urls, policy=policy, max_batch_size=max_batch_size)
-        self._datasets = dataset_splits(dataset, eval_dataset)
+        self._files = TaskFiles(dataset, eval_dataset)
         self._input_key = input_key
         self._label_key = label_key
         self._task: Task | None = None
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
-        path = self._datasets.get(split)
-        if path is None and any(self._datasets.values()):
-            raise no_dataset_for(self, split)
+        path = self._files.of(split, self)
         if path is None:
             return super().tasks(split)
         return read_jsonl_tasks(path, input_key=self._input_key, label_key=self._label_key)

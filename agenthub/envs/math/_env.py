@@ -5,7 +5,7 @@ from typing import Any
 
 from agenthub._env import Env
 from agenthub._types import Message, Step, Task
-from agenthub.envs._tasks import dataset_splits, no_dataset_for
+from agenthub.envs._tasks import TaskFiles
 from agenthub.envs.math._datasets import read_math_jsonl
 from agenthub.envs.math._generator import INSTRUCTION, generate_tasks
 from agenthub.envs.math._pool import default_pool
@@ -43,7 +43,7 @@ class MathEnv(Env[list[Message]]):
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-        self._datasets = dataset_splits(dataset, eval_dataset)
+        self._files = TaskFiles(dataset, eval_dataset)
         self._num_tasks = num_tasks
         self._seed = seed
         self._max_attempts = max_attempts
@@ -56,11 +56,9 @@ class MathEnv(Env[list[Message]]):
         self._attempt = 0
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
-        path = self._datasets.get(split)
+        path = self._files.of(split, self)
         if path is not None:
             return read_math_jsonl(path)
-        if any(self._datasets.values()):
-            raise no_dataset_for(self, split)
         return generate_tasks(split, num_tasks=self._num_tasks, seed=self._seed)
 
     async def reset(

@@ -8,7 +8,7 @@ from agenthub._env import Env
 from agenthub._errors import AgentFuncError
 from agenthub._tracebacks import described
 from agenthub._types import Step, Task
-from agenthub.envs._tasks import dataset_splits, no_dataset_for, read_jsonl_tasks, render_plain
+from agenthub.envs._tasks import TaskFiles, read_jsonl_tasks, render_plain
 from agenthub.envs.openrlhf_agent._load import load_agent_instance_class
 from agenthub.envs.openrlhf_agent._loop import LoopThread
 from agenthub.envs.reward_func._output import parse_reward_output
@@ -49,7 +49,7 @@ class OpenRLHFAgentEnv(Env[str]):
     ) -> None:
         self._path = str(agent_func)
         self._cls = load_agent_instance_class(agent_func)
-        self._datasets = dataset_splits(dataset, eval_dataset)
+        self._files = TaskFiles(dataset, eval_dataset)
         self._keys = (input_key, label_key)
         self._loop: LoopThread | None = None
         self._agent: Any = None
@@ -57,9 +57,7 @@ class OpenRLHFAgentEnv(Env[str]):
         self._label: Any = None
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
-        path = self._datasets.get(split)
-        if path is None and any(self._datasets.values()):
-            raise no_dataset_for(self, split)
+        path = self._files.of(split, self)
         if path is None:
             return super().tasks(split)
         return read_jsonl_tasks(path, input_key=self._keys[0], label_key=self._keys[1])

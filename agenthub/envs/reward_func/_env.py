@@ -7,8 +7,7 @@ from agenthub._env import Env
 from agenthub._types import Message, Observation, Step, Task
 from agenthub.envs._http import url_list
 from agenthub.envs._tasks import (
-    dataset_splits,
-    no_dataset_for,
+    TaskFiles,
     read_jsonl_tasks,
     render_plain,
     scored_texts,
@@ -90,16 +89,14 @@ class RewardFuncEnv(Env[Observation]):
                     "is called in a thread; give reward_func=PATH to score in processes"
                 )
             self._function = RewardFunction(reward_func)
-        self._datasets = dataset_splits(dataset, eval_dataset)
+        self._files = TaskFiles(dataset, eval_dataset)
         self._input_key = input_key
         self._label_key = label_key
         self._task: Task | None = None
         self._prompt = ""
 
     def tasks(self, split: str = "train") -> Iterable[Task]:
-        path = self._datasets.get(split)
-        if path is None and any(self._datasets.values()):
-            raise no_dataset_for(self, split)
+        path = self._files.of(split, self)
         if path is None:
             return super().tasks(split)
         return read_jsonl_tasks(path, input_key=self._input_key, label_key=self._label_key)
