@@ -11,6 +11,7 @@ from agenthub.envs._foreign import (
     module_source,
     source_needs_network,
 )
+from agenthub.envs._games import near_ids
 
 
 def gem() -> Any:
@@ -20,9 +21,7 @@ def gem() -> Any:
 def check_id(env_id: str) -> None:
     registry = import_foreign("gem.envs.registration", env="gem", extra="gem").ENV_REGISTRY
     if env_id not in registry:
-        family = env_id.split("-")[0]
-        near = sorted(i for i in registry if i.split("-")[0] == family) or sorted(registry)[:20]
-        raise ValueError(f"gem has no env {env_id!r}; ids like it: {', '.join(near)}")
+        raise ValueError(f"gem has no env {env_id!r}; ids like it: {near_ids(registry, env_id)}")
 
 
 def known_envs() -> dict[str, bool]:

@@ -13,6 +13,7 @@ from agenthub.envs._foreign import (
     module_source,
     source_needs_network,
 )
+from agenthub.envs._games import near_ids
 
 
 def textarena() -> Any:
@@ -22,9 +23,8 @@ def textarena() -> Any:
 def game_spec(env_id: str) -> Any:
     registry = textarena().envs.registration.ENV_REGISTRY
     if env_id not in registry:
-        family = env_id.split("-")[0]
-        near = sorted(i for i in registry if i.split("-")[0] == family) or sorted(registry)[:20]
-        raise ValueError(f"TextArena has no game {env_id!r}; ids like it: {', '.join(near)}")
+        near = near_ids(registry, env_id)
+        raise ValueError(f"TextArena has no game {env_id!r}; ids like it: {near}")
     return registry[env_id]
 
 
