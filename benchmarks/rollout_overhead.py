@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _models import resolve_model
 
 import agenthub
 from agenthub import Env, Message, Step, Task
@@ -30,8 +31,6 @@ from agenthub.agents import (
     Trajectory,
     VLLMEngine,
 )
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 class ZeroLatencyEnv(Env[list[Message]]):
@@ -51,27 +50,6 @@ class ZeroLatencyEnv(Env[list[Message]]):
         self.turn += 1
         done = self.turn >= self.turns
         return Step([Message(role="user", content=f"Go on ({self.turn}).")], 0.0, terminated=done)
-
-
-def resolve_model(name: str, scratch: Path) -> Path:
-    """`default` (the embedded model), `tiny` (the test suite's random model) or a path."""
-    if name == "default":
-        try:
-            from agenthub.agents.default_model import (  # type: ignore[import-not-found,unused-ignore]
-                ensure_default_model,
-            )
-        except ImportError:
-            print("the embedded default model is not available; using the tiny test model")
-            name = "tiny"
-        else:
-            path: Path = ensure_default_model()
-            return path
-    if name == "tiny":
-        sys.path.insert(0, str(REPO))
-        from tests.tiny_model import build_model
-
-        return build_model(scratch / "tiny")
-    return Path(name)
 
 
 def requests_of(t: Trajectory) -> list[tuple[list[int], int]]:
