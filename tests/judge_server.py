@@ -10,8 +10,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.http_server import serving
 
 
 @dataclass
@@ -81,21 +83,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 128  # the default backlog of 5 drops connects from concurrent tests
-
-
 @contextmanager
 def judge_server(script: JudgeScript | None = None) -> Iterator[tuple[str, JudgeScript]]:
     """Yields the base URL (`http://127.0.0.1:PORT/v1`) and the script."""
     script = script or JudgeScript()
-    server = _Server(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    server.script = script  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1", script
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Handler, script) as port:
+        yield f"http://127.0.0.1:{port}/v1", script

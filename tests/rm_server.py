@@ -9,7 +9,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.http_server import serving
 
 
 @dataclass
@@ -83,22 +85,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
-class _Server(ThreadingHTTPServer):
-    # the default listen backlog (5) drops connects from 20 concurrent episodes: the client
-    # then retries after a 1 s SYN timeout, which reads as a slow server
-    request_queue_size = 128
-
-
 @contextmanager
 def reward_server(script: Script | None = None) -> Iterator[tuple[str, Script]]:
     script = script or Script()
-    server = _Server(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    server.script = script  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/get_reward", script
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Handler, script) as port:
+        yield f"http://127.0.0.1:{port}/get_reward", script
