@@ -59,7 +59,6 @@ def create_app(
     allowed_hosts: Sequence[str] = ("127.0.0.1", "localhost"),
 ) -> Starlette:
     """The app over `paths` (run directories, or JSONL files saved by the REPL)."""
-    chart = plotly_js()
     runs = [Run(i, Path(p)) for i, p in enumerate(paths)]
     tokenizers = TokenizerLookup(tokenizer)
     # Reading a tokenizer and its chat template takes a moment: begun now, it is done when an
@@ -69,50 +68,8 @@ def create_app(
         name="agenthub-view-tokenizers",
         daemon=True,
     ).start()
-
-    def run_of(request: Request) -> Run:
-        run_id: int = request.path_params["run"]
-        if not 0 <= run_id < len(runs):
-            raise _NotFound(f"no run {run_id}: this view has runs 0 to {len(runs) - 1}")
-        return runs[run_id]
-
-    def index(request: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers=_NO_STORE)
-
-    def plotly(request: Request) -> Response:
-        return FileResponse(chart, media_type="text/javascript")
-
-    def list_runs(request: Request) -> Response:
-        return _json([run.overview() for run in runs])
-
-    def one_run(request: Request) -> Response:
-        return _json(run_of(request).overview())
-
-    def episodes(request: Request) -> Response:
-        return _json(episode_page(run_of(request), EpisodeQuery.parse(request.query_params)))
-
-    def episode(request: Request) -> Response:
-        return _json(episode_detail(run_of(request), request.path_params["index"], tokenizers))
-
-    def run_curves(request: Request) -> Response:
-        return _json(curves(run_of(request)))
-
-    def run_tasks(request: Request) -> Response:
-        return _json(tasks(run_of(request)))
-
-    routes = [
-        Route("/", index),
-        Route("/vendor/plotly.min.js", plotly),
-        Route("/api/runs", list_runs),
-        Route("/api/runs/{run:int}", one_run),
-        Route("/api/runs/{run:int}/episodes", episodes),
-        Route("/api/runs/{run:int}/episodes/{index:int}", episode),
-        Route("/api/runs/{run:int}/curves", run_curves),
-        Route("/api/runs/{run:int}/tasks", run_tasks),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
-    ]
     return Starlette(
-        routes=routes,
+        routes=_Api(runs, tokenizers).routes(),
         middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
         exception_handlers={
             _NotFound: _not_found,
@@ -120,6 +77,59 @@ def create_app(
             QueryError: _bad_query,
         },
     )
+
+
+class _Api:
+    """The app's routes over its runs: the page, and the JSON each of its views reads."""
+
+    def __init__(self, runs: list[Run], tokenizers: TokenizerLookup) -> None:
+        self.runs, self.tokenizers = runs, tokenizers
+        self.chart = plotly_js()
+
+    def routes(self) -> list[Route | Mount]:
+        return [
+            Route("/", self.index),
+            Route("/vendor/plotly.min.js", self.plotly),
+            Route("/api/runs", self.list_runs),
+            Route("/api/runs/{run:int}", self.one_run),
+            Route("/api/runs/{run:int}/episodes", self.episodes),
+            Route("/api/runs/{run:int}/episodes/{index:int}", self.episode),
+            Route("/api/runs/{run:int}/curves", self.curves),
+            Route("/api/runs/{run:int}/tasks", self.tasks),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ]
+
+    def run_of(self, request: Request) -> Run:
+        run_id: int = request.path_params["run"]
+        if not 0 <= run_id < len(self.runs):
+            raise _NotFound(f"no run {run_id}: this view has runs 0 to {len(self.runs) - 1}")
+        return self.runs[run_id]
+
+    def index(self, request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers=_NO_STORE)
+
+    def plotly(self, request: Request) -> Response:
+        return FileResponse(self.chart, media_type="text/javascript")
+
+    def list_runs(self, request: Request) -> Response:
+        return _json([run.overview() for run in self.runs])
+
+    def one_run(self, request: Request) -> Response:
+        return _json(self.run_of(request).overview())
+
+    def episodes(self, request: Request) -> Response:
+        query = EpisodeQuery.parse(request.query_params)
+        return _json(episode_page(self.run_of(request), query))
+
+    def episode(self, request: Request) -> Response:
+        index = request.path_params["index"]
+        return _json(episode_detail(self.run_of(request), index, self.tokenizers))
+
+    def curves(self, request: Request) -> Response:
+        return _json(curves(self.run_of(request)))
+
+    def tasks(self, request: Request) -> Response:
+        return _json(tasks(self.run_of(request)))
 
 
 class _NotFound(LookupError):
