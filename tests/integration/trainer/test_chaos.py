@@ -1,10 +1,12 @@
-"""A training run on the embedded default model that loses processes on the way and still
-reaches its step count: its rollout worker SIGKILLed once a checkpoint exists, then its
-learner, the way the OOM killer would. The run replaces the one and restarts the other from
-its last checkpoint, without a restart of the command, and what it leaves is whole: every
-step's metrics once and in order, no sample trajectory twice or from a policy the restarted
-learner never had, and a checkpoint at the last step. A dockerd restart under a run is
-`test_sandbox_engine_loss.py`'s: it does not fit this run's time as well."""
+"""A `code_exec` training run on the embedded default model that meets a schedule of faults
+and still reaches its step count: its rollout worker SIGKILLed once a checkpoint exists (the
+way the OOM killer would), then the Docker engine under its sandboxes restarted, then its
+learner SIGKILLed. The run replaces the worker, its sandbox pool reconnects (the episodes that
+met the engine's gap end as `env_error`, never trained), and the learner restarts from the last
+checkpoint, all without a restart of the command; what the run leaves is whole: every step's
+metrics once and in order, no sample trajectory twice, failed, or from a policy the restarted
+learner never had, and a checkpoint at the last step. Restarts the real Docker engine: run
+alone, with no other Docker user."""
 
 from __future__ import annotations
 
@@ -18,17 +20,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import _dockerd
 from tests.integration.trainer.test_train_cli import _records, _start, _state, _trained_steps
 
 pytestmark = [pytest.mark.integration]
 
 STEPS = 8
 ARGS = [
-    "--env", "math", "--steps", str(STEPS),
-    "rollout.n_samples_per_prompt=4", "rollout.concurrency=16", "rollout.max_reply_tokens=64",
-    # Every group trains, even one whose scores are all equal: the math env on the default
-    # model gives many such groups at 64 reply tokens, and a run that stops on skipped groups
-    # (run.max_skipped_groups) before its faults come would test nothing of them.
+    "--env", "code_exec", "--steps", str(STEPS), "env_kwargs.backend=docker",
+    "rollout.n_samples_per_prompt=4", "rollout.concurrency=16", "rollout.max_turns=2",
+    "rollout.max_reply_tokens=96",
+    # Every group trains, even one whose scores are all equal: a run that stops on skipped
+    # groups (run.max_skipped_groups) before its faults come would test nothing of them.
     "algorithm.batch_groups=2", "algorithm.max_staleness=1", "algorithm.filter_groups=false",
     "eval.every=0", "run.checkpoint_every=2", "run.save_trajectories=2", "run.wandb=disabled",
 ]  # fmt: skip
@@ -54,25 +57,37 @@ def _kill(out: Path, role: str) -> int:
 def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path) -> None:
     out, log = tmp_path / "run", tmp_path / "run.log"
     run = _start(out, log, *ARGS)
-    injected = []
+    injected: list[tuple[str, int]] = []
     try:
-        _wait(run, log, "the first checkpoint", lambda: (out / "checkpoints/state.json").exists())
-        injected.append(("rollout worker", _kill(out, "rollout_workers")))
-        at = len(_trained_steps(out))
-        _wait(run, log, "the worker's replacement", lambda: "replaced" in log.read_text())
-        _wait(run, log, "a step after it", lambda: len(_trained_steps(out)) > at)
-        assert len(_trained_steps(out)) < STEPS, "the run must still be going"
-        injected.append(("learner", _kill(out, "learner")))
-        run.wait(timeout=600)
+        with _dockerd.restartable_engine():
+            _wait(
+                run, log, "the first checkpoint", lambda: (out / "checkpoints/state.json").exists()
+            )
+            injected.append(("rollout worker", _kill(out, "rollout_workers")))
+            at = len(_trained_steps(out))
+            _wait(run, log, "the worker's replacement", lambda: "replaced" in log.read_text())
+            _wait(run, log, "a step after it", lambda: len(_trained_steps(out)) > at)
+            _dockerd.stop()
+            _dockerd.start()
+            injected.append(("docker engine", 0))
+            at = len(_trained_steps(out))
+            _wait(run, log, "a step after the restart", lambda: len(_trained_steps(out)) > at)
+            assert len(_trained_steps(out)) < STEPS, "the run must still be going"
+            injected.append(("learner", _kill(out, "learner")))
+            run.wait(timeout=600)
     finally:
         if run.poll() is None:
             run.kill()
     output = log.read_text()
     assert run.returncode == 0, output[-6000:]
     summary = json.loads(next(ln for ln in reversed(output.splitlines()) if ln.startswith("{")))
-    print(f"faults injected: {injected}; the run's count: {summary['faults']}")
+    failed = sum(r.get("groups/failed", 0) for r in _records(out))
+    print(
+        f"faults injected: {injected}; the run's count: {summary['faults']}; {failed} groups failed"
+    )
     assert summary["steps"] == STEPS and summary["stopped"] == f"reached max_steps={STEPS}"
-    assert summary["faults"]["seen"] == summary["faults"]["survived"] == len(injected)
+    processes = [fault for fault in injected if fault[0] != "docker engine"]
+    assert summary["faults"]["seen"] == summary["faults"]["survived"] == len(processes)
     assert "rollout worker 0 died" in output and "the learner died" in output
     assert "the learner restarts from step-" in output
 
@@ -85,7 +100,9 @@ def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path
     assert len(lines) == 2 * STEPS and len(set(lines)) == len(lines), "none trained twice"
     for i, line in enumerate(lines):
         step = i // 2 + 1
-        versions = json.loads(line)["policy_versions"]
+        trajectory = json.loads(line)
+        assert trajectory["error"] is None, "an episode that failed is never trained"
+        versions = trajectory["policy_versions"]
         # Sampled by a policy of this timeline: never newer than the weights the step had.
         assert max(versions) <= step - 1, (step, versions)
         assert versions == sorted(versions), "within an episode, versions only grow"
