@@ -28,9 +28,9 @@ from agenthub.repl._render import (
     show_failure,
     show_generation,
     show_help,
-    show_observation,
     show_settings,
     show_tokens,
+    show_undone,
 )
 from agenthub.repl._replay import Replay
 from agenthub.repl._stage import Stage
@@ -214,25 +214,8 @@ class Repl:
         for action in keep:
             if await self.stage.step(action, quiet=True) is None:
                 return
-        took = time.perf_counter() - started
-        self.console.print(
-            Text(
-                f"undone: back at step {len(keep)} (replayed {len(keep)} actions from seed "
-                f"{fresh.seed} in {took:.3f} s)",
-                style="bold",
-            )
-        )
-        if old[: len(fresh.session)] != fresh.session.tokens:
-            self.console.print(
-                Text(
-                    f"warning: the env answered differently on the replay; it is not "
-                    f"deterministic under seed {fresh.seed}",
-                    style="bold yellow",
-                )
-            )
-        show_observation(
-            self.console, fresh.steps[-1].observation if fresh.steps else fresh.first_observation
-        )
+        same = old[: len(fresh.session)] == fresh.session.tokens
+        show_undone(self.console, fresh, len(keep), time.perf_counter() - started, same)
 
     async def _save(self, args: tuple[str, ...]) -> None:
         if len(args) != 1:

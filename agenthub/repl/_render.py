@@ -162,6 +162,29 @@ def show_generation(console: Console, generation: Generation, text: str, seconds
     console.print(Text(text), markup=False)
 
 
+def show_undone(console: Console, fresh: Episode, steps: int, seconds: float, same: bool) -> None:
+    """What `:undo` did: the episode played again to `steps` actions from its seed, and a
+    warning when the env answered the replay differently (`same` is False)."""
+    console.print(
+        Text(
+            f"undone: back at step {steps} (replayed {steps} actions from seed "
+            f"{fresh.seed} in {seconds:.3f} s)",
+            style="bold",
+        )
+    )
+    if not same:
+        console.print(
+            Text(
+                "warning: the env answered differently on the replay; it is not "
+                f"deterministic under seed {fresh.seed}",
+                style="bold yellow",
+            )
+        )
+    show_observation(
+        console, fresh.steps[-1].observation if fresh.steps else fresh.first_observation
+    )
+
+
 def show_settings(console: Console, sampling: SamplingParams) -> None:
     seed = "none" if sampling.seed is None else sampling.seed
     console.print(
