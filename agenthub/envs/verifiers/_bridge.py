@@ -79,29 +79,7 @@ def bridge_client_class() -> type[Any]:
         ) -> Any:
             reply: asyncio.Future[str] = asyncio.get_running_loop().create_future()
             await self.asks.put((list(prompt), [_schema(t) for t in tools or ()], reply))
-            text = await reply
-            # Tool calls are read from the reply text as agenthub's own tool envs read them;
-            # a call that cannot be read is left out, as a model server would.
-            calls = [
-                types.ToolCall(
-                    id=call.id or f"call_{n}", name=call.name, arguments=json.dumps(call.arguments)
-                )
-                for n, call in enumerate(parse_tool_calls(text))
-                if call.error is None
-            ]
-            message = types.ResponseMessage(
-                role="assistant",
-                content=text,
-                tool_calls=calls or None,
-                finish_reason="tool_calls" if calls else "stop",
-                is_truncated=False,
-            )
-            return types.Response(
-                id=f"agenthub-{next(self._ids)}",
-                created=int(time.time()),
-                model=model,
-                message=message,
-            )
+            return _response(types, await reply, model, f"agenthub-{next(self._ids)}")
 
         # Never called: `get_response` above replaces the path through a native client.
         def setup_client(self, config: Any) -> Any:
@@ -126,6 +104,26 @@ def bridge_client_class() -> type[Any]:
             return None
 
     return BridgeClient
+
+
+def _response(types: Any, text: str, model: str, response_id: str) -> Any:
+    """A reply as verifiers' `Response`. Tool calls are read from the text as agenthub's own
+    tool envs read them; a call that cannot be read is left out, as a model server would."""
+    calls = [
+        types.ToolCall(
+            id=call.id or f"call_{n}", name=call.name, arguments=json.dumps(call.arguments)
+        )
+        for n, call in enumerate(parse_tool_calls(text))
+        if call.error is None
+    ]
+    message = types.ResponseMessage(
+        role="assistant",
+        content=text,
+        tool_calls=calls or None,
+        finish_reason="tool_calls" if calls else "stop",
+        is_truncated=False,
+    )
+    return types.Response(id=response_id, created=int(time.time()), model=model, message=message)
 
 
 def _schema(tool: Any) -> dict[str, Any]:
