@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import base64
-import json
 import os
 import threading
 import time
@@ -17,13 +15,10 @@ import anyio.to_thread
 
 from agenthub.sandbox._base import Sandbox
 from agenthub.sandbox._common import (
-    RawOutcome,
-    classify,
     engine_lost,
-    needs_recycle,
     sandbox_error,
 )
-from agenthub.sandbox._docker_channel import Channel, encode_request
+from agenthub.sandbox._docker_channel import Channel, encode_request, execute
 from agenthub.sandbox._docker_engine import (
     bounded,
     check_image,
@@ -255,7 +250,7 @@ class DockerSandbox(Sandbox):
             except SandboxError as exc:
                 return sandbox_error(str(exc))
             try:
-                result, recycle = await self._exec(channel, payload, limits)
+                result, recycle = await execute(channel, payload, limits.timeout_s + GRACE_S)
                 if result.sandbox_failed:
                     result = await self._blame(channel, result)
             except BaseException:
@@ -337,40 +332,6 @@ class DockerSandbox(Sandbox):
                 await anyio.to_thread.run_sync(self._remove, channel, abandon_on_cancel=True)
             except (docker.errors.DockerException, OSError):
                 channel.close()
-
-    async def _exec(
-        self, channel: Channel, payload: bytes, limits: Limits
-    ) -> tuple[ExecResult, bool]:
-        import docker
-
-        try:
-            with anyio.fail_after(limits.timeout_s + GRACE_S):
-                out = await anyio.to_thread.run_sync(
-                    channel.call, payload, limits.timeout_s + GRACE_S, abandon_on_cancel=True
-                )
-        except TimeoutError:
-            return sandbox_error("the container's supervisor did not answer in time"), True
-        except (docker.errors.DockerException, OSError, EOFError) as exc:
-            return sandbox_error(f"lost the container's supervisor: {exc}"), True
-        try:
-            report = json.loads(out)
-        except ValueError:
-            return sandbox_error(f"the supervisor answered garbage: {out[:200]!r}"), True
-        if "error" in report:
-            return sandbox_error(report["error"]), True
-        result = classify(
-            RawOutcome(
-                exit_code=report["exit_code"],
-                stdout=base64.b64decode(report["stdout"]),
-                stderr=base64.b64decode(report["stderr"]),
-                truncated=report["truncated"],
-                timed_out=report["timed_out"],
-                output_limit=report["output_limit"],
-                oom_killed=report["oom_killed"],
-                duration_s=report["duration_s"],
-            )
-        )
-        return result, needs_recycle(result) or report["leftover"] or report["disk_full"]
 
     async def aclose(self) -> None:
         if self._closed:

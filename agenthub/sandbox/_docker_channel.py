@@ -9,10 +9,19 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
-from agenthub.sandbox._common import request_files
-from agenthub.sandbox._types import Limits
+import anyio
+import anyio.to_thread
 
-__all__ = ["Channel", "encode_request"]
+from agenthub.sandbox._common import (
+    RawOutcome,
+    classify,
+    needs_recycle,
+    request_files,
+    sandbox_error,
+)
+from agenthub.sandbox._types import ExecResult, Limits
+
+__all__ = ["Channel", "encode_request", "execute"]
 
 
 class Channel:
@@ -88,3 +97,39 @@ def encode_request(
         "cap": limits.output_bytes,
     }
     return json.dumps(request).encode() + b"\n"
+
+
+async def execute(channel: Channel, payload: bytes, bound_s: float) -> tuple[ExecResult, bool]:
+    """Run one request in `channel`'s container, waiting for its supervisor at most `bound_s`;
+    the result, and whether the container must be replaced rather than reused (it hit a
+    limit, left processes or files behind, or its supervisor failed)."""
+    import docker
+
+    try:
+        with anyio.fail_after(bound_s):
+            out = await anyio.to_thread.run_sync(
+                channel.call, payload, bound_s, abandon_on_cancel=True
+            )
+    except TimeoutError:
+        return sandbox_error("the container's supervisor did not answer in time"), True
+    except (docker.errors.DockerException, OSError, EOFError) as exc:
+        return sandbox_error(f"lost the container's supervisor: {exc}"), True
+    try:
+        report = json.loads(out)
+    except ValueError:
+        return sandbox_error(f"the supervisor answered garbage: {out[:200]!r}"), True
+    if "error" in report:
+        return sandbox_error(report["error"]), True
+    result = classify(
+        RawOutcome(
+            exit_code=report["exit_code"],
+            stdout=base64.b64decode(report["stdout"]),
+            stderr=base64.b64decode(report["stderr"]),
+            truncated=report["truncated"],
+            timed_out=report["timed_out"],
+            output_limit=report["output_limit"],
+            oom_killed=report["oom_killed"],
+            duration_s=report["duration_s"],
+        )
+    )
+    return result, needs_recycle(result) or report["leftover"] or report["disk_full"]
