@@ -59,6 +59,10 @@ class Point:
     workers: int
     staleness: int
     idle: float
+    drain: float
+    """Of `idle`: the learner waiting for the engines to drain before a weight sync."""
+    batch_wait: float
+    """Of `idle`: the learner, free, waiting for its next batch."""
     per_s: float
     ideal: float
     cpu_cores: float
@@ -79,6 +83,10 @@ class _Window:
             self.start, self.cpu_start = time.monotonic(), _cpu_s()
         elif report.step == self.last:
             self.end, self.cpu_end = time.monotonic(), _cpu_s()
+
+    def overlap(self, intervals: list[tuple[float, float]]) -> float:
+        """How long `intervals` (`time.monotonic`) cover of the window."""
+        return sum(max(0.0, min(b, self.end) - max(a, self.start)) for a, b in intervals)
 
 
 def _cpu_s() -> float:
@@ -126,7 +134,8 @@ def run_point(
     stale = sum(r["groups/stale"] for r in records)
     stale_share = stale / (stale + sum(r["groups/trained"] for r in records))
     wall = window.end - window.start
-    busy = sum(max(0.0, min(b, window.end) - max(a, window.start)) for a, b in made[0].learner_busy)
+    busy = window.overlap(made[0].learner_busy)
+    waited = sum(r["learner/wait_s"] for r in records if skip < r["step"] <= steps)
     cpu = window.cpu_end - window.cpu_start
     trained = (steps - skip) * BATCH_GROUPS * SAMPLES
     scale = model.time_scale
@@ -138,6 +147,8 @@ def run_point(
         workers,
         staleness,
         idle=1 - busy / wall,
+        drain=window.overlap(made[0].learner_drained) / wall,
+        batch_wait=waited / wall,
         per_s=trained / wall * scale,
         ideal=ideal,
         cpu_cores=cpu / wall,
@@ -183,7 +194,7 @@ def main() -> None:
     )
     print(
         f"workers  rollout/learner  mode (max_staleness 0/{args.staleness})  learner idle  "
-        "traj/s  ideal  efficiency  stale groups  cores  async/sync"
+        "(drain  batch)  traj/s  ideal  efficiency  stale groups  cores  async/sync"
     )
     balanced: tuple[float, float] | None = None
     with tempfile.TemporaryDirectory() as scratch:
@@ -199,7 +210,8 @@ def main() -> None:
                 if mode == "async":
                     speed = f"{p.per_s / points['sync'].per_s:.2f}x"
                 print(
-                    f"{workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  {p.per_s:6.2f}  "
+                    f"{workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  "
+                    f"({p.drain:5.1%}  {p.batch_wait:5.1%})  {p.per_s:6.2f}  "
                     f"{p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
                     f"{p.cpu_cores:5.2f}  {speed}",
                     flush=True,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
 from agenthub._tracebacks import described
-from agenthub.trainer._assembly import Batch, BatchAssembler
+from agenthub.trainer._assembly import Batch, BatchAssembler, NextBatch
 from agenthub.trainer._checkpoint import Checkpointer
 from agenthub.trainer._cluster import Cluster, RayCluster, start_ray
 from agenthub.trainer._config import TrainConfig
@@ -285,39 +285,53 @@ class Trainer:
 
     async def _loop(self, parts: _Parts, step: int, clock: _Clock) -> RunSummary:
         """Train until `max_steps` or a stop, replacing rollout workers that die on the way
-        (a learner that dies ends the session: `LearnerLost`)."""
+        (a learner that dies ends the session: `LearnerLost`). The next step's batch, under
+        way while the learner trains, outlives a recovery: paused, never cut short, it goes
+        on once the run does, and is cancelled only when the session ends."""
         p, at = parts, _Progress(step, logged=step)
-        while True:
-            try:
-                await self._steps(p, at, clock)
-                break
-            except Exception as exc:
-                outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
-                if outcome == "go_on":
-                    continue
-                # A rollout worker failed: the learner's steps since the last checkpoint need
-                # not be lost with it, if it holds the state of a logged step.
-                if outcome != "learner_dead" and not at.learning and at.logged == at.step:
-                    await p.checkpointer.save_after_failure(
-                        at.step, clock.elapsed(), p.publisher.pending
-                    )
-                p.publisher.forget_failure()
-                raise
+        upcoming = NextBatch(p.assembler, self.config.algorithm, clock.deadline)
+        try:
+            while True:
+                try:
+                    await self._steps(p, at, clock, upcoming)
+                    break
+                except Exception as exc:
+                    await upcoming.pause()
+                    outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
+                    if outcome == "go_on":
+                        continue
+                    # A rollout worker failed: the learner's steps since the last checkpoint
+                    # need not be lost with it, if it holds the state of a logged step.
+                    if outcome != "learner_dead" and not at.learning and at.logged == at.step:
+                        await p.checkpointer.save_after_failure(
+                            at.step, clock.elapsed(), p.publisher.pending
+                        )
+                    p.publisher.forget_failure()
+                    raise
+        finally:
+            await upcoming.cancel()
         return await self._finish(p, at.step, clock)
 
-    async def _steps(self, p: _Parts, at: _Progress, clock: _Clock) -> None:
-        """Batch, learn, publish the weights, log; until `max_steps` or a stop."""
+    async def _steps(self, p: _Parts, at: _Progress, clock: _Clock, upcoming: NextBatch) -> None:
+        """Batch, learn, publish the weights, log; until `max_steps` or a stop. The next
+        step's batch is assembled while the learner trains (`upcoming`)."""
         cfg = self.config
         rate = _TokenRate(await _generated_tokens(p.cluster))
         while at.step < cfg.run.max_steps and not self.control.stopping:
             step_start = time.monotonic()
-            batch = await p.assembler.assemble(at.step, clock.deadline)
-            if batch is None:
+            await p.publisher.wait()  # before the batch is taken: a failed sync leaves it there
+            if not upcoming.started:
+                upcoming.start(at.step)
+            ready = await upcoming.take()
+            if ready is None:
                 break
-            await p.publisher.wait()
+            batch, collated = ready
             learn_start = time.monotonic()
             at.learning = True
-            learned = await p.cluster.learn(batch.collate(cfg.algorithm))
+            learn = asyncio.ensure_future(p.cluster.learn(collated))
+            if at.step + 1 < cfg.run.max_steps:
+                upcoming.start(at.step + 1)
+            learned = await learn
             at.learning = False
             learn_s = time.monotonic() - learn_start
             at.step += 1

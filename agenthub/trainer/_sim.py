@@ -289,6 +289,7 @@ class SimLearner:
         self.model = SimModel.load(model_path)
         self.steps = 0
         self.intervals: list[tuple[float, float]] = []
+        self.drains: list[tuple[float, float]] = []
 
     def step(self, batch: Any) -> dict[str, float]:
         tokens = int(batch.attention_mask.sum())
@@ -308,8 +309,10 @@ class SimLearner:
     def send_weights(self, version: int) -> float:
         started = time.perf_counter()
         self.client.version = version
-        self.client.start_weight_update()
+        drain = time.monotonic()
+        self.client.start_weight_update()  # each engine lets its generations in flight finish
         transfer = time.monotonic()
+        self.drains.append((drain, transfer))
         self.client.update_weights({})  # the engines sleep for the transfer, as it takes
         self.intervals.append((transfer, time.monotonic()))
         self.client.finish_weight_update()
@@ -323,6 +326,10 @@ class SimLearner:
     def busy(self) -> list[tuple[float, float]]:
         """When the learner computed or sent weights (`time.monotonic`, the machine's clock)."""
         return list(self.intervals)
+
+    def drained(self) -> list[tuple[float, float]]:
+        """When the learner, about to send weights, waited for the engines to drain."""
+        return list(self.drains)
 
     def save_checkpoint(self, directory: str, tag: str) -> None:
         _write(Path(directory) / tag / "steps", str(self.steps))
@@ -344,7 +351,8 @@ def _write(path: Path, text: str) -> None:
 
 class SimCluster(RayCluster):
     """`RayCluster` with the simulated actors; the model is the JSON file at `model_path`.
-    Keeps the learner's busy intervals when it closes (`learner_busy`)."""
+    Keeps the learner's busy intervals, and those it waited for the engines to drain before a
+    weight sync, when it closes (`learner_busy`, `learner_drained`)."""
 
     def __init__(
         self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
@@ -358,9 +366,11 @@ class SimCluster(RayCluster):
             learner=SimLearner,
         )
         self.learner_busy: list[tuple[float, float]] = []
+        self.learner_drained: list[tuple[float, float]] = []
 
     async def aclose(self) -> None:
         try:
             self.learner_busy = await self.learner.busy.remote()
+            self.learner_drained = await self.learner.drained.remote()
         finally:
             await super().aclose()

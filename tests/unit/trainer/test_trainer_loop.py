@@ -4,8 +4,10 @@ tests/integration/trainer/test_train_cli.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +20,10 @@ from agenthub.trainer._control import FaultCounts
 from agenthub.trainer._metrics import read_metrics
 
 from ._fakes import FakeCluster, Kills, ProcessDied, trajectory
+
+if TYPE_CHECKING:
+    from agenthub.agents import Trajectory
+    from agenthub.trainer._batch import TrainBatch
 
 SMALL = [
     "env=math",
@@ -129,6 +135,41 @@ def test_failed_groups_stop_the_run_with_their_error_once_checkpointed(tmp_path:
     state = RunDirectory(tmp_path).state()
     assert state is not None and state.step == 2
     assert trainer.control.reason is not None and trainer.control.reason.kind == "failed_groups"
+
+
+class _SlowLearner(FakeCluster):
+    """A learner step that yields to the event loop while it trains, counting the groups the
+    driver takes off the queue meanwhile."""
+
+    learning = False
+    taken_while_learning = 0
+
+    async def learn(self, batch: TrainBatch) -> dict[str, float]:
+        self.learning = True
+        for _ in range(20):
+            await asyncio.sleep(0)
+        self.learning = False
+        return await super().learn(batch)
+
+    async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
+        got = await super().take_groups(most, timeout_s)
+        self.taken_while_learning += len(got) if self.learning else 0
+        return got
+
+
+def test_the_next_batch_is_assembled_while_the_learner_trains(tmp_path: Path) -> None:
+    made: list[_SlowLearner] = []
+
+    def cluster(cfg: TrainConfig, version: int, drawn: list[int]) -> _SlowLearner:
+        made.append(_SlowLearner(cfg, version, drawn))
+        return made[-1]
+
+    cfg = load_config([], [*SMALL, "run.max_steps=3"])
+    summary = Trainer(cfg, tmp_path, log=lambda _: None, cluster=cluster).run()
+    assert summary.steps == 3 and _trained(tmp_path) == [1, 2, 3]
+    assert made[0].taken_while_learning == 4, "steps 2 and 3's two groups each, none beyond"
+    records = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "train/reward" in r]
+    assert [r["groups/stale"] for r in records] == [0, 0, 0], "judged against their own step"
 
 
 def test_a_dead_rollout_worker_is_replaced_and_the_run_goes_on(tmp_path: Path) -> None:
