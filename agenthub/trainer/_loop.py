@@ -8,8 +8,9 @@ policy version while the learner goes on. With `max_staleness = 0` the same loop
 synchronous: rollouts wait for each step's weights.
 
 The parts each own their state: the run directory (`_rundir`), the cluster of Ray actors
-(`_cluster`), batch assembly (`_assembly`), weight publishing (`_publisher`), held-out
-evaluation (`_evaluation`), checkpoints (`_checkpoint`) and the stop (`_control`). The
+(`_cluster`), batch assembly (`_assembly`; the next batch, under way while the learner trains:
+`_next_batch`), weight publishing (`_publisher`), held-out evaluation (`_evaluation`),
+checkpoints (`_checkpoint`) and the stop (`_control`). The
 `Trainer` here only wires them together and runs the loop.
 """
 
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
 from agenthub._tracebacks import described
-from agenthub.trainer._assembly import Batch, BatchAssembler, NextBatch
+from agenthub.trainer._assembly import Batch, BatchAssembler
 from agenthub.trainer._checkpoint import Checkpointer
 from agenthub.trainer._cluster import Cluster, RayCluster, start_ray
 from agenthub.trainer._config import TrainConfig
@@ -39,6 +40,7 @@ from agenthub.trainer._metrics import (
     StepTiming,
     read_metrics,
 )
+from agenthub.trainer._next_batch import NextBatch
 from agenthub.trainer._preflight import check_env
 from agenthub.trainer._publisher import WeightPublisher
 from agenthub.trainer._recovery import LearnerLost, Recovery

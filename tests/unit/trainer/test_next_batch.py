@@ -14,11 +14,12 @@ pytest.importorskip("torch", reason="the trainer needs the train extra")
 
 from agenthub.agents import Trajectory
 from agenthub.trainer import Trainer
-from agenthub.trainer._assembly import BatchAssembler, NextBatch
+from agenthub.trainer._assembly import BatchAssembler
 from agenthub.trainer._batch import TrainBatch
 from agenthub.trainer._config import TrainConfig, load_config
 from agenthub.trainer._control import FaultCounts, RunControl
 from agenthub.trainer._metrics import read_metrics
+from agenthub.trainer._next_batch import NextBatch
 from agenthub.trainer._workers import Admission
 
 from ._fakes import FakeCluster, ProcessDied, trajectory
