@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -220,7 +221,9 @@ def _wandb_mode(choice: str) -> str:
 
 class MetricsLog:
     """Appends one JSON record per call to `metrics.jsonl`, mirrors it to wandb, and redraws
-    `reward.png` when asked."""
+    `reward.png` when asked, in a thread of its own: drawing (and matplotlib's first import,
+    most of a second) does not hold up the driver's loop, draws are made one at a time in the
+    order asked, and `close` waits for them."""
 
     def __init__(
         self, directory: Path, *, title: str, wandb: str, config: dict[str, Any], resume: bool
@@ -229,6 +232,8 @@ class MetricsLog:
         self.path = directory / "metrics.jsonl"
         self.title = title
         self._file = self.path.open("a", encoding="utf-8")
+        self._plotter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agenthub-plot")
+        self._drawn: list[Future[None]] = []
         self._wandb: Any = None
         mode = _wandb_mode(wandb)
         if mode != "disabled":
@@ -255,10 +260,26 @@ class MetricsLog:
             self._wandb.log({k: v for k, v in clean.items() if k != "step"}, step=clean["step"])
 
     def plot(self) -> None:
+        """Redraw `reward.png` from `metrics.jsonl` (what is written of it when the draw
+        starts); raises the error of an earlier draw that failed (a full disk, say)."""
+        self._raise_failed()
+        self._drawn.append(self._plotter.submit(self._draw))
+
+    def _draw(self) -> None:
         plot_rewards(read_metrics(self.path), self.directory / "reward.png", self.title)
 
+    def _raise_failed(self) -> None:
+        done = [f for f in self._drawn if f.done()]
+        self._drawn = [f for f in self._drawn if not f.done()]
+        for future in done:
+            future.result()
+
     def close(self) -> None:
+        """Wait for the draws asked for, and close the file and wandb; raises the error of a
+        draw that failed, once everything is closed."""
+        self._plotter.shutdown(wait=True)
         self._file.close()
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
+        self._raise_failed()

@@ -629,6 +629,48 @@ def test_reward_plot_is_drawn_from_metrics(tmp_path: Path) -> None:
     assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_reward_plot_is_drawn_off_the_caller_s_thread_and_close_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import agenthub.trainer._metrics as metrics_module
+
+    drawn: list[tuple[str, int]] = []
+    release = threading.Event()
+
+    def slow_plot(records: list[dict[str, Any]], out: Path, title: str) -> None:
+        release.wait(10)
+        drawn.append((threading.current_thread().name, len(records)))
+
+    monkeypatch.setattr(metrics_module, "plot_rewards", slow_plot)
+    log = MetricsLog(tmp_path, title="t", wandb="disabled", config={}, resume=False)
+    log.log({"step": 1, "train/reward": 0.5})
+    log.plot()  # returns while the draw waits: the driver's loop is not held up
+    log.log({"step": 2, "train/reward": 0.6})
+    log.plot()
+    assert drawn == []
+    release.set()
+    log.close()  # waits for both draws, made in order on the plotting thread
+    assert [n for _, n in drawn] == [2, 2] or [n for _, n in drawn] == [1, 2]
+    assert all(name.startswith("agenthub-plot") for name, _ in drawn)
+
+
+def test_a_reward_plot_that_fails_is_raised_by_the_next_plot_or_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agenthub.trainer._metrics as metrics_module
+
+    def full_disk(records: list[dict[str, Any]], out: Path, title: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics_module, "plot_rewards", full_disk)
+    log = MetricsLog(tmp_path, title="t", wandb="disabled", config={}, resume=False)
+    log.plot()
+    with pytest.raises(OSError, match="No space left"):
+        log.close()
+
+
 def test_a_metrics_line_that_is_not_a_record_says_which(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
