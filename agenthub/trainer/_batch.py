@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -96,6 +96,44 @@ class TrainBatch:
 
     def slice(self, start: int, stop: int) -> TrainBatch:
         return self._map(lambda t: t[start:stop], lambda t: t[start:stop])
+
+    def select(self, rows: Sequence[int]) -> TrainBatch:
+        """The sequences at `rows`, in that order, cut to the longest of them."""
+        index = torch.tensor(list(rows), dtype=torch.long)
+        width = max(int(self.attention_mask[index].sum(dim=1).max()), 1)
+        return self._map(lambda t: t[index, :width], lambda t: t[index])
+
+    def idle(self) -> TrainBatch:
+        """A micro-batch of this batch's first sequence with nothing to learn (no loss-mask
+        token, advantage 0): a rank with fewer micro-batches than the others runs such ones,
+        so that every rank takes part in as many of the group's collectives."""
+        one = self.select([0])
+        return replace(
+            one,
+            loss_mask=torch.zeros_like(one.loss_mask),
+            advantages=torch.zeros_like(one.advantages),
+            rewards=None if one.rewards is None else torch.zeros_like(one.rewards),
+        )
+
+    def shard(self, ranks: int, micro_batch_size: int) -> list[list[TrainBatch]]:
+        """Each of `ranks` data-parallel ranks' micro-batches, balanced by tokens: sequences,
+        longest first, go to the rank with the fewest tokens so far (ties: the lower rank).
+        Every rank gets as many micro-batches as the one with the most, padded with `idle`
+        ones: DeepSpeed reduces gradients (and, under ZeRO-3, gathers weights) collectively
+        at every micro-batch, and a rank that stops early leaves the others waiting."""
+        if ranks < 1:
+            raise ValueError(f"a batch is shared among 1 or more ranks, not {ranks}")
+        lengths = self.attention_mask.sum(dim=1).tolist()
+        order = sorted(range(len(self)), key=lambda i: -lengths[i])
+        rows: list[list[int]] = [[] for _ in range(ranks)]
+        loads = [0] * ranks
+        for i in order:
+            least = min(range(ranks), key=lambda r: (loads[r], len(rows[r])))
+            rows[least].append(i)
+            loads[least] += lengths[i]
+        shares = [self.select(r).micro_batches(micro_batch_size) if r else [] for r in rows]
+        count = max(len(s) for s in shares)
+        return [s + [self.idle()] * (count - len(s)) for s in shares]
 
 
 def _versions(

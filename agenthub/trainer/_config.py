@@ -179,11 +179,29 @@ class RayConfig(ConfigSection):
     """GPUs reserved for each rollout worker's engine. When this and `learner_num_gpus` are
     whole GPUs (1 or more), weights sync over NCCL; otherwise over gloo."""
     learner_num_gpus: float = Field(0.0, ge=0)
-    """GPUs reserved for the learner."""
+    """GPUs reserved for each learner rank."""
+    learner_ranks: int = Field(1, ge=1)
+    """Data-parallel ranks of the learner (DeepSpeed over gloo on CPU, NCCL on GPUs), each a
+    Ray actor in one placement group learning from its share of every batch, balanced by
+    tokens; `learner.zero_stage` 1-3 shards the optimizer, gradients and weights across them.
+    N ranks take the same step as one (the losses are normalised over the whole batch).
+    Checkpoints hold one optimizer shard per rank and resume with the same number of ranks.
+    On GPUs each rank needs a whole GPU (`learner_num_gpus` >= 1)."""
     learner_threads: int = Field(1, ge=1)
     """CPU threads of the learner's torch ops."""
     worker_threads: int = Field(1, ge=1)
     """CPU threads of each rollout worker's engine (on CPU machines)."""
+
+    @model_validator(mode="after")
+    def _whole_gpus_per_rank(self) -> RayConfig:
+        # NCCL cannot join two ranks on one GPU, which shares of a GPU may put them on.
+        if self.learner_ranks > 1 and 0 < self.learner_num_gpus < 1:
+            raise ValueError(
+                f"ray.learner_ranks={self.learner_ranks} with ray.learner_num_gpus="
+                f"{self.learner_num_gpus:g}: the ranks of a learner on GPUs reduce over NCCL, "
+                "which needs a whole GPU per rank; set ray.learner_num_gpus=1 (or 0 for CPU)"
+            )
+        return self
 
 
 class TrainConfig(ConfigSection):

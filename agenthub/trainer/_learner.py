@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +15,7 @@ from agenthub.trainer._batch import TrainBatch, token_logprobs
 from agenthub.trainer._critic import Critic, CriticConfig
 from agenthub.trainer._importance import GapMeter, importance_weights
 from agenthub.trainer._loss import Aggregation, KLController, kl_divergence, policy_loss
+from agenthub.trainer._ranks import all_reduce, join_alone, rank, world_size
 from agenthub.trainer._section import ConfigSection
 
 MODEL_CHECKPOINT = "agenthub_checkpoint.json"
@@ -72,38 +73,69 @@ class LearnerConfig(ConfigSection):
     advantages replace the batch's sequence advantages (set by `algorithm.estimator=gae`)."""
 
 
-def _init_single_process_distributed() -> None:
+def _init_distributed() -> None:
+    """DeepSpeed's communication over the learner's group: the one `LearnerWorker` joined for
+    a learner of several ranks, or a group of this process alone."""
     import deepspeed
 
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if not torch.distributed.is_initialized() and not launched:
-        # One process needs no port picked in advance: the store listens on a port the kernel
-        # chooses at bind time. Picking a free port first and listening on it later lost the
-        # port to another process now and then on a busy machine (EADDRINUSE). The port is not
-        # written into the environment: child processes (a CLI run started by this one) would
-        # inherit it and try to listen on it too. DeepSpeed finds torch.distributed initialized
-        # and uses it as it is.
-        store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
-            "127.0.0.1", 0, world_size=1, is_master=True
-        )
-        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-            os.environ.setdefault(key, value)
-        torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
-    if torch.distributed.is_initialized() and torch.distributed.get_world_size() == 1:
-        # DeepSpeed builds its shared-memory all-reduce for CPU ranks (a C++ op compiled on
-        # first use, half a minute of both cores) when it starts its communication backend;
-        # one rank has nothing to reduce with, so the op is marked as not wanted.
-        from agenthub.trainer._deepspeed_compat import skip_shared_memory_comm
+    from agenthub.trainer._deepspeed_compat import skip_shared_memory_comm
 
-        skip_shared_memory_comm()
-    deepspeed.init_distributed(dist_backend=backend)
+    join_alone()
+    # DeepSpeed builds its shared-memory all-reduce for CPU ranks (a C++ op compiled on first
+    # use, half a minute of both cores) when it starts its communication backend. Only its
+    # inference all-reduce (AutoTP) calls it; training reduces through torch.distributed
+    # (gloo on CPU), so the op is marked as not wanted, for any number of ranks.
+    skip_shared_memory_comm()
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+def check_checkpoint_ranks(path: Path, ranks: int) -> None:
+    """Refuse a checkpoint whose optimizer states another number of ranks sharded: DeepSpeed
+    saves one file of them per rank under ZeRO 1-3, and would fail on another count with a
+    message about shapes."""
+    saved = len(list(path.glob("*zero_pp_rank_*_optim_states.pt")))
+    if saved and saved != ranks:
+        raise ValueError(
+            f"the learner checkpoint {path} was saved by a learner of {saved} ranks (its "
+            f"optimizer states are sharded {saved} ways) and this learner has {ranks}; resume "
+            f"with ray.learner_ranks={saved}"
+        )
 
 
 def _bf16(asked: bool | None) -> bool:
     if asked is not None:
         return asked
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """What a micro-batch's loss is multiplied by so that the gradients DeepSpeed averages over
+    `ranks` add up to the whole batch's loss, however its sequences were shared out: every
+    aggregation is a sum over the batch's tokens or sequences divided by a count of the whole
+    batch, and DeepSpeed divides the reduced gradients by the number of ranks."""
+
+    tokens: float  # model (loss-mask) tokens of the whole batch
+    sequences: int
+    width: int  # the batch's padded length: Dr. GRPO's constant normaliser
+    ranks: int
+
+    @classmethod
+    def of(cls, batch: TrainBatch, ranks: int) -> LossScale:
+        tokens = float(batch.loss_mask.sum())
+        return cls(tokens, len(batch), int(batch.input_ids.shape[1]), ranks)
+
+    @property
+    def per_token(self) -> float:
+        """The factor of a sum over tokens (a token mean over the whole batch)."""
+        return self.ranks / max(self.tokens, 1.0)
+
+    def policy(self, chunk: TrainBatch, aggregation: Aggregation) -> float:
+        """The factor of `policy_loss` over `chunk`: a token mean over the chunk's tokens
+        (`token-mean`) or a mean over its sequences (the others)."""
+        if aggregation == "token-mean":
+            return float(chunk.loss_mask.sum()) * self.per_token
+        return self.ranks * len(chunk) / self.sequences
 
 
 class Learner:
@@ -128,7 +160,8 @@ class Learner:
 
         self.config = config or LearnerConfig()
         self.model_path = Path(model_path)
-        _init_single_process_distributed()
+        _init_distributed()
+        self.rank, self.world_size = rank(), world_size()
         self.bf16 = bf16 = _bf16(self.config.bf16)
         dtype = torch.bfloat16 if bf16 else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
@@ -172,13 +205,15 @@ class Learner:
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """Learn from `batch` (`epochs` optimiser steps); returns metrics for logging. The
-        batch may be on any device: it is moved to the learner's."""
+        batch may be on any device: it is moved to the learner's. With several ranks each is
+        given the whole batch and learns from its share (`TrainBatch.shard`); losses are
+        normalised over the whole batch, so N ranks take the step one rank would."""
         cfg = self.config
         batch = batch.to(self.engine.device)
-        chunks = batch.micro_batches(cfg.micro_batch_size)
-        width = int(batch.input_ids.shape[1])  # Dr. GRPO's constant normaliser
+        chunks = batch.shard(self.world_size, cfg.micro_batch_size)[self.rank]
+        scale = LossScale.of(batch, self.world_size)
         if self.critic is not None:
-            chunks, value_targets = self.critic.prepare(chunks)
+            chunks, value_targets = self.critic.prepare(chunks, scale.tokens, self.world_size)
         olds: list[torch.Tensor | None] = [None] * len(chunks)
         if cfg.epochs > 1:
             # Later epochs clip against the policy the batch was first learned from.
@@ -187,21 +222,26 @@ class Learner:
         totals: dict[str, float] = {}
         share = 1.0 / (len(batch) * cfg.epochs)
         gap = GapMeter()  # `old` is the same in every epoch: measured in the first
+        norms = []
         for epoch in range(cfg.epochs):
             for n, (chunk, old) in enumerate(zip(chunks, olds, strict=True)):
                 # DeepSpeed reduces gradients and steps only at the boundary, which it must
                 # know before the last micro-batch's backward pass.
                 self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
                 meter = gap if epoch == 0 else None
-                metrics = self._accumulate(chunk, old, len(chunk) / len(batch), width, meter)
+                metrics = self._accumulate(chunk, old, scale, meter)
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value * len(chunk) * share
             plain = self._plain_grad_norm()
             self.engine.step()
             norm = self.engine.get_global_grad_norm()
-            totals["grad_norm"] = float(norm if norm is not None else plain)
+            norms.append(float(norm if norm is not None else plain))
+        summed = all_reduce(list(totals.values()), self.engine.device)
+        totals = dict(zip(totals, summed, strict=True))
+        totals["grad_norm"] = norms[-1]
         if self.critic is not None:
-            totals.update(self.critic.fit(chunks, value_targets))
+            totals.update(self.critic.fit(chunks, value_targets, scale.tokens, self.world_size))
+        gap.merge(lambda values, op: all_reduce(values, self.engine.device, op))
         totals.update(gap.metrics())
         totals["kl_coef"] = self.kl.value
         if "kl" in totals:
@@ -222,8 +262,7 @@ class Learner:
         self,
         chunk: TrainBatch,
         old: torch.Tensor | None,
-        scale: float,
-        width: int,
+        scale: LossScale,
         gap: GapMeter | None,
     ) -> dict[str, float]:
         """Forward and backward one micro-batch; `old` None means the current policy (the first
@@ -265,17 +304,17 @@ class Learner:
             eps_high=cfg.eps_high,
             weights=iw.weights,
             aggregation=cfg.aggregation,
-            max_tokens=width,
+            max_tokens=scale.width,
         )
-        loss = out.loss
-        metrics = {"clip_fraction": out.clip_fraction}
+        loss = out.loss * scale.policy(chunk, cfg.aggregation)
+        metrics = {"clip_fraction": out.clip_fraction, "loss": out.loss.item()}
         if kl is not None:
-            kl_mean = kl.sum() / mask.sum().clamp_min(1)
+            kl_mean = (kl.sum() / mask.sum().clamp_min(1)).item()
             if cfg.kl_mode == "loss":
-                loss = loss + self.kl.value * kl_mean
-            metrics["kl"] = kl_mean.item()
-        self.engine.backward(loss * scale)
-        metrics["loss"] = loss.item()
+                loss = loss + self.kl.value * kl.sum() * scale.per_token
+                metrics["loss"] += self.kl.value * kl_mean
+            metrics["kl"] = kl_mean
+        self.engine.backward(loss)
         return metrics
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -290,8 +329,9 @@ class Learner:
 
     def save_checkpoint(self, directory: str | Path, tag: str) -> None:
         """Policy (and critic) weights, optimizer states and the KL weight in use under
-        `directory/tag`."""
-        state = {"steps": self.steps, "kl_coef": self.kl.value}
+        `directory/tag`, each rank writing its shards as DeepSpeed lays them out. Every rank
+        calls it."""
+        state = {"steps": self.steps, "kl_coef": self.kl.value, "ranks": self.world_size}
         self.engine.save_checkpoint(str(directory), tag=tag, client_state=state)
         if self.critic is not None:
             self.critic.save_checkpoint(Path(directory) / tag)
@@ -300,15 +340,17 @@ class Learner:
         """The policy as a Hugging Face model directory: its weights (gathered under ZeRO-3)
         as safetensors, with the starting model's config and tokenizer, and `about` (which
         checkpoint it is) as `agenthub_checkpoint.json`. Written beside `directory` and then
-        moved into place, so a crash leaves the previous one whole."""
+        moved into place, so a crash leaves the previous one whole. Every rank calls it (they
+        gather the weights together); rank 0 writes."""
         from transformers import AutoTokenizer
 
+        weights = self.state_dict()
+        if self.rank != 0:
+            return
         target = Path(directory)
         partial, old = (target.with_name(f"{target.name}.{end}") for end in ("partial", "old"))
         shutil.rmtree(partial, ignore_errors=True)
-        self.engine.module.save_pretrained(
-            partial, state_dict=self.state_dict(), safe_serialization=True
-        )
+        self.engine.module.save_pretrained(partial, state_dict=weights, safe_serialization=True)
         AutoTokenizer.from_pretrained(self.model_path).save_pretrained(partial)
         if about is not None:
             (partial / MODEL_CHECKPOINT).write_text(json.dumps(about) + "\n", encoding="utf-8")
@@ -319,12 +361,15 @@ class Learner:
         shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self, directory: str | Path, tag: str | None = None) -> None:
+        """Resume from `save_checkpoint`'s `directory/tag` (the latest tag when None), on as
+        many ranks as saved it. Every rank calls it."""
+        # DeepSpeed's `latest` file names the tag when none was given.
+        tag = tag or (Path(directory) / "latest").read_text(encoding="utf-8").strip()
+        check_checkpoint_ranks(Path(directory) / tag, self.world_size)
         path, client = self.engine.load_checkpoint(str(directory), tag=tag)
         if path is None:
             raise FileNotFoundError(f"no learner checkpoint in {directory}")
         if self.critic is not None:
-            # DeepSpeed's `latest` file names the tag when none was given.
-            tag = tag or (Path(directory) / "latest").read_text(encoding="utf-8").strip()
             self.critic.load_checkpoint(Path(directory) / tag)
         self.steps = int(client["steps"])
         if "kl_coef" in client:  # checkpoints before the adaptive KL weight kept none
