@@ -97,17 +97,12 @@ class TrainBatch:
     def slice(self, start: int, stop: int) -> TrainBatch:
         return self._map(lambda t: t[start:stop], lambda t: t[start:stop])
 
-    def select(self, rows: Sequence[int]) -> TrainBatch:
-        """The sequences at `rows`, in that order, cut to the longest of them."""
-        index = torch.tensor(list(rows), dtype=torch.long)
-        width = max(int(self.attention_mask[index].sum(dim=1).max()), 1)
-        return self._map(lambda t: t[index, :width], lambda t: t[index])
-
     def idle(self) -> TrainBatch:
         """A micro-batch of this batch's first sequence with nothing to learn (no loss-mask
         token, advantage 0): a rank with fewer micro-batches than the others runs such ones,
         so that every rank takes part in as many of the group's collectives."""
-        one = self.select([0])
+        width = max(int(self.attention_mask[0].sum()), 1)
+        one = self._map(lambda t: t[:1, :width], lambda t: t[:1])
         return replace(
             one,
             loss_mask=torch.zeros_like(one.loss_mask),
@@ -116,24 +111,21 @@ class TrainBatch:
         )
 
     def shard(self, ranks: int, micro_batch_size: int) -> list[list[TrainBatch]]:
-        """Each of `ranks` data-parallel ranks' micro-batches, balanced by tokens: sequences,
-        longest first, go to the rank with the fewest tokens so far (ties: the lower rank).
-        Every rank gets as many micro-batches as the one with the most, padded with `idle`
-        ones: DeepSpeed reduces gradients (and, under ZeRO-3, gathers weights) collectively
-        at every micro-batch, and a rank that stops early leaves the others waiting."""
+        """The micro-batches one learner takes (`micro_batches`), shared out among `ranks`
+        data-parallel ranks by tokens: each, most tokens first, goes to the rank with the
+        fewest so far (ties: the lower rank), and each rank keeps them in their order. Whole
+        micro-batches move, so the loss a rank takes of each is the one a learner of one rank
+        takes: N ranks take one rank's step. One rank gets `micro_batches` unchanged."""
         if ranks < 1:
             raise ValueError(f"a batch is shared among 1 or more ranks, not {ranks}")
-        lengths = self.attention_mask.sum(dim=1).tolist()
-        order = sorted(range(len(self)), key=lambda i: -lengths[i])
-        rows: list[list[int]] = [[] for _ in range(ranks)]
+        chunks = self.micro_batches(micro_batch_size)
+        tokens = [int(c.attention_mask.sum()) for c in chunks]
+        owners = [0] * len(chunks)
         loads = [0] * ranks
-        for i in order:
-            least = min(range(ranks), key=lambda r: (loads[r], len(rows[r])))
-            rows[least].append(i)
-            loads[least] += lengths[i]
-        shares = [self.select(r).micro_batches(micro_batch_size) if r else [] for r in rows]
-        count = max(len(s) for s in shares)
-        return [s + [self.idle()] * (count - len(s)) for s in shares]
+        for i in sorted(range(len(chunks)), key=lambda i: -tokens[i]):
+            owners[i] = least = min(range(ranks), key=lambda r: loads[r])
+            loads[least] += tokens[i]
+        return [[c for c, o in zip(chunks, owners, strict=True) if o == r] for r in range(ranks)]
 
 
 def _versions(

@@ -182,11 +182,14 @@ class RayConfig(ConfigSection):
     """GPUs reserved for each learner rank."""
     learner_ranks: int = Field(1, ge=1)
     """Data-parallel ranks of the learner (DeepSpeed over gloo on CPU, NCCL on GPUs), each a
-    Ray actor in one placement group learning from its share of every batch, balanced by
-    tokens; `learner.zero_stage` 1-3 shards the optimizer, gradients and weights across them.
-    N ranks take the same step as one (the losses are normalised over the whole batch).
-    Checkpoints hold one optimizer shard per rank and resume with the same number of ranks.
-    On GPUs each rank needs a whole GPU (`learner_num_gpus` >= 1)."""
+    Ray actor in one placement group. The micro-batches of every batch
+    (`learner.micro_batch_size` sequences each) are shared out among the ranks by tokens, so N
+    ranks take the step one rank takes, to fp32 rounding; a batch of fewer micro-batches than
+    ranks leaves some ranks idle. `learner.zero_stage` 1-3 shards the optimizer state,
+    gradients and weights across them. Checkpoints then hold one optimizer shard per rank
+    and resume with the same number of ranks. On GPUs each rank needs a whole GPU
+    (`learner_num_gpus` >= 1); the Ray cluster must have a CPU (and those GPUs) for every
+    rank, or the run is refused."""
     learner_threads: int = Field(1, ge=1)
     """CPU threads of the learner's torch ops."""
     worker_threads: int = Field(1, ge=1)

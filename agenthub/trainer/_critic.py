@@ -19,7 +19,7 @@ from pydantic import Field
 
 from agenthub.trainer._advantages import gae
 from agenthub.trainer._batch import TrainBatch
-from agenthub.trainer._ranks import all_reduce
+from agenthub.trainer._ranks import all_gather, all_reduce, world_size
 from agenthub.trainer._section import ConfigSection
 
 __all__ = ["Critic", "CriticConfig"]
@@ -95,12 +95,8 @@ class Critic:
         values = torch.nn.functional.pad(scores[:, :-1], (1, 0))
         return values * batch.loss_mask.to(values.dtype)
 
-    def prepare(
-        self, chunks: list[TrainBatch], tokens: float, ranks: int
-    ) -> tuple[list[TrainBatch], list[ValueTargets]]:
-        """The micro-batches with per-token GAE advantages, and each one's value targets.
-        `tokens` counts the model tokens of the whole batch, shared out among `ranks`: the
-        advantages are whitened over all of them."""
+    def prepare(self, chunks: list[TrainBatch]) -> tuple[list[TrainBatch], list[ValueTargets]]:
+        """The micro-batches with per-token GAE advantages, and each one's value targets."""
         cfg = self.config
         advantages, targets = [], []
         with torch.no_grad():
@@ -115,27 +111,25 @@ class Critic:
                 )
                 advantages.append(adv)
                 targets.append(ValueTargets(returns=returns, values=values))
-        if cfg.whiten and tokens > 1:
+        if cfg.whiten:
             masks = [c.loss_mask.bool() for c in chunks]
-            flat = torch.cat([a[m] for a, m in zip(advantages, masks, strict=True)]).double()
-            total, squares = all_reduce(
-                [float(flat.sum()), float((flat**2).sum())], self.engine.device
-            )
-            mean = total / tokens
-            std = max((squares - tokens * mean**2) / (tokens - 1), 0.0) ** 0.5
-            advantages = [
-                (a - mean) / (std + 1e-6) * m for a, m in zip(advantages, masks, strict=True)
-            ]
+            # Whitened over the whole batch: every rank's tokens.
+            flat = all_gather(torch.cat([a[m] for a, m in zip(advantages, masks, strict=True)]))
+            if flat.numel() > 1:
+                mean, std = flat.mean(), flat.std()
+                advantages = [
+                    (a - mean) / (std + 1e-6) * m for a, m in zip(advantages, masks, strict=True)
+                ]
         prepared = [replace(c, advantages=a) for c, a in zip(chunks, advantages, strict=True)]
         return prepared, targets
 
     def fit(
-        self, chunks: list[TrainBatch], targets: list[ValueTargets], tokens: float, ranks: int
+        self, chunks: list[TrainBatch], targets: list[ValueTargets], total_tokens: float
     ) -> dict[str, float]:
-        """One optimiser step of the clipped value loss over all micro-batches; `tokens` and
-        `ranks` as in `prepare` (a token mean over the whole batch, which DeepSpeed's average
-        over the ranks would divide by `ranks`)."""
-        total_tokens = max(tokens, 1.0)
+        """One optimiser step of the clipped value loss over all micro-batches, a mean over the
+        `total_tokens` model tokens of the whole batch (of which a learner of several ranks
+        holds a share)."""
+        ranks = world_size()
         loss_sum, value_sum = 0.0, 0.0
         for n, (chunk, target) in enumerate(zip(chunks, targets, strict=True)):
             self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
@@ -146,13 +140,17 @@ class Critic:
                 clip = self.config.value_clip
                 kept = target.values + (values - target.values).clamp(-clip, clip)
                 errors = torch.maximum(errors, (kept - target.returns) ** 2)
-            loss = 0.5 * (errors * mask).sum() / total_tokens
+            loss = 0.5 * (errors * mask).sum() / max(total_tokens, 1.0)
+            # DeepSpeed averages the ranks' gradients: times the ranks, they add up instead.
             self.engine.backward(loss * ranks)
             loss_sum += loss.item()
             value_sum += float((values.detach() * mask).sum())
         self.engine.step()
         loss_sum, value_sum = all_reduce([loss_sum, value_sum], self.engine.device)
-        return {"critic/value_loss": loss_sum, "critic/value_mean": value_sum / total_tokens}
+        return {
+            "critic/value_loss": loss_sum,
+            "critic/value_mean": value_sum / max(total_tokens, 1.0),
+        }
 
     def save_checkpoint(self, directory: Path) -> None:
         self.engine.save_checkpoint(str(directory), tag="critic")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,36 +107,6 @@ def _bf16(asked: bool | None) -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
-@dataclass(frozen=True)
-class LossScale:
-    """What a micro-batch's loss is multiplied by so that the gradients DeepSpeed averages over
-    `ranks` add up to the whole batch's loss, however its sequences were shared out: every
-    aggregation is a sum over the batch's tokens or sequences divided by a count of the whole
-    batch, and DeepSpeed divides the reduced gradients by the number of ranks."""
-
-    tokens: float  # model (loss-mask) tokens of the whole batch
-    sequences: int
-    width: int  # the batch's padded length: Dr. GRPO's constant normaliser
-    ranks: int
-
-    @classmethod
-    def of(cls, batch: TrainBatch, ranks: int) -> LossScale:
-        tokens = float(batch.loss_mask.sum())
-        return cls(tokens, len(batch), int(batch.input_ids.shape[1]), ranks)
-
-    @property
-    def per_token(self) -> float:
-        """The factor of a sum over tokens (a token mean over the whole batch)."""
-        return self.ranks / max(self.tokens, 1.0)
-
-    def policy(self, chunk: TrainBatch, aggregation: Aggregation) -> float:
-        """The factor of `policy_loss` over `chunk`: a token mean over the chunk's tokens
-        (`token-mean`) or a mean over its sequences (the others)."""
-        if aggregation == "token-mean":
-            return float(chunk.loss_mask.sum()) * self.per_token
-        return self.ranks * len(chunk) / self.sequences
-
-
 class Learner:
     """Owns the policy under a DeepSpeed engine and takes one optimisation step per batch.
 
@@ -206,14 +175,21 @@ class Learner:
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """Learn from `batch` (`epochs` optimiser steps); returns metrics for logging. The
         batch may be on any device: it is moved to the learner's. With several ranks each is
-        given the whole batch and learns from its share (`TrainBatch.shard`); losses are
-        normalised over the whole batch, so N ranks take the step one rank would."""
+        given the whole batch and learns from its share of the micro-batches one rank would
+        take (`TrainBatch.shard`), each weighted as one rank weights it: N ranks take the step
+        of one."""
         cfg = self.config
         batch = batch.to(self.engine.device)
-        chunks = batch.shard(self.world_size, cfg.micro_batch_size)[self.rank]
-        scale = LossScale.of(batch, self.world_size)
+        shares = batch.shard(self.world_size, cfg.micro_batch_size)
+        mine = shares[self.rank]
+        # Every rank runs as many micro-batches, DeepSpeed's collectives being per backward
+        # pass: those of a rank with fewer learn nothing and weigh nothing.
+        idle = max(len(s) for s in shares) - len(mine)
+        chunks = mine + [batch.idle()] * idle
+        sizes = [len(c) for c in mine] + [0] * idle
+        width = int(batch.input_ids.shape[1])  # Dr. GRPO's constant normaliser
         if self.critic is not None:
-            chunks, value_targets = self.critic.prepare(chunks, scale.tokens, self.world_size)
+            chunks, value_targets = self.critic.prepare(chunks)
         olds: list[torch.Tensor | None] = [None] * len(chunks)
         if cfg.epochs > 1:
             # Later epochs clip against the policy the batch was first learned from.
@@ -222,25 +198,27 @@ class Learner:
         totals: dict[str, float] = {}
         share = 1.0 / (len(batch) * cfg.epochs)
         gap = GapMeter()  # `old` is the same in every epoch: measured in the first
-        norms = []
+        norm = 0.0
         for epoch in range(cfg.epochs):
-            for n, (chunk, old) in enumerate(zip(chunks, olds, strict=True)):
+            for n, (chunk, old, size) in enumerate(zip(chunks, olds, sizes, strict=True)):
                 # DeepSpeed reduces gradients and steps only at the boundary, which it must
                 # know before the last micro-batch's backward pass.
                 self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
                 meter = gap if epoch == 0 else None
-                metrics = self._accumulate(chunk, old, scale, meter)
+                metrics = self._accumulate(chunk, old, size / len(batch), width, meter)
                 for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + value * len(chunk) * share
+                    totals[key] = totals.get(key, 0.0) + value * size * share
             plain = self._plain_grad_norm()
             self.engine.step()
-            norm = self.engine.get_global_grad_norm()
-            norms.append(float(norm if norm is not None else plain))
-        summed = all_reduce(list(totals.values()), self.engine.device)
-        totals = dict(zip(totals, summed, strict=True))
-        totals["grad_norm"] = norms[-1]
+            found = self.engine.get_global_grad_norm()
+            norm = float(found if found is not None else plain)
+        totals = dict(
+            zip(totals, all_reduce(list(totals.values()), self.engine.device), strict=True)
+        )
+        totals["grad_norm"] = norm
         if self.critic is not None:
-            totals.update(self.critic.fit(chunks, value_targets, scale.tokens, self.world_size))
+            tokens = float(batch.loss_mask.sum())
+            totals.update(self.critic.fit(chunks, value_targets, tokens))
         gap.merge(lambda values, op: all_reduce(values, self.engine.device, op))
         totals.update(gap.metrics())
         totals["kl_coef"] = self.kl.value
@@ -262,12 +240,14 @@ class Learner:
         self,
         chunk: TrainBatch,
         old: torch.Tensor | None,
-        scale: LossScale,
+        scale: float,
+        width: int,
         gap: GapMeter | None,
     ) -> dict[str, float]:
-        """Forward and backward one micro-batch; `old` None means the current policy (the first
-        epoch: the same values as the new logprobs, without gradient, and no second pass).
-        `gap`, when given, measures the micro-batch's train/inference gap."""
+        """Forward and backward one micro-batch, its loss weighted by `scale` (its share of the
+        batch's sequences); `old` None means the current policy (the first epoch: the same
+        values as the new logprobs, without gradient, and no second pass). `gap`, when given,
+        measures the micro-batch's train/inference gap."""
         cfg = self.config
         mask = chunk.loss_mask
         new = self._logprobs(self.engine, chunk)
@@ -304,17 +284,18 @@ class Learner:
             eps_high=cfg.eps_high,
             weights=iw.weights,
             aggregation=cfg.aggregation,
-            max_tokens=scale.width,
+            max_tokens=width,
         )
-        loss = out.loss * scale.policy(chunk, cfg.aggregation)
-        metrics = {"clip_fraction": out.clip_fraction, "loss": out.loss.item()}
+        loss = out.loss
+        metrics = {"clip_fraction": out.clip_fraction}
         if kl is not None:
-            kl_mean = (kl.sum() / mask.sum().clamp_min(1)).item()
+            kl_mean = kl.sum() / mask.sum().clamp_min(1)
             if cfg.kl_mode == "loss":
-                loss = loss + self.kl.value * kl.sum() * scale.per_token
-                metrics["loss"] += self.kl.value * kl_mean
-            metrics["kl"] = kl_mean
-        self.engine.backward(loss)
+                loss = loss + self.kl.value * kl_mean
+            metrics["kl"] = kl_mean.item()
+        # DeepSpeed averages the ranks' gradients: times the ranks, they add up instead.
+        self.engine.backward(loss * (scale * self.world_size))
+        metrics["loss"] = loss.item()
         return metrics
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -331,7 +312,7 @@ class Learner:
         """Policy (and critic) weights, optimizer states and the KL weight in use under
         `directory/tag`, each rank writing its shards as DeepSpeed lays them out. Every rank
         calls it."""
-        state = {"steps": self.steps, "kl_coef": self.kl.value, "ranks": self.world_size}
+        state = {"steps": self.steps, "kl_coef": self.kl.value}
         self.engine.save_checkpoint(str(directory), tag=tag, client_state=state)
         if self.critic is not None:
             self.critic.save_checkpoint(Path(directory) / tag)
@@ -344,9 +325,11 @@ class Learner:
         gather the weights together); rank 0 writes."""
         from transformers import AutoTokenizer
 
-        weights = self.state_dict()
         if self.rank != 0:
+            if self.config.zero_stage == 3:
+                self.state_dict()  # the ranks gather the weights together
             return
+        weights = self.state_dict()
         target = Path(directory)
         partial, old = (target.with_name(f"{target.name}.{end}") for end in ("partial", "old"))
         shutil.rmtree(partial, ignore_errors=True)
@@ -363,8 +346,10 @@ class Learner:
     def load_checkpoint(self, directory: str | Path, tag: str | None = None) -> None:
         """Resume from `save_checkpoint`'s `directory/tag` (the latest tag when None), on as
         many ranks as saved it. Every rank calls it."""
-        # DeepSpeed's `latest` file names the tag when none was given.
-        tag = tag or (Path(directory) / "latest").read_text(encoding="utf-8").strip()
+        latest = Path(directory) / "latest"  # DeepSpeed's: the tag when none is given
+        if tag is None and not latest.is_file():
+            raise FileNotFoundError(f"no learner checkpoint in {directory}")
+        tag = tag or latest.read_text(encoding="utf-8").strip()
         check_checkpoint_ranks(Path(directory) / tag, self.world_size)
         path, client = self.engine.load_checkpoint(str(directory), tag=tag)
         if path is None:

@@ -16,7 +16,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["all_reduce", "join_alone", "join_group", "open_store", "rank", "world_size"]
+__all__ = [
+    "all_gather",
+    "all_reduce",
+    "join_alone",
+    "join_group",
+    "open_store",
+    "rank",
+    "world_size",
+]
 
 JOIN_TIMEOUT = timedelta(minutes=5)
 """How long a rank waits for the others to join, and for any collective after that."""
@@ -83,3 +91,20 @@ def all_reduce(values: Sequence[float], device: torch.device, op: str = "sum") -
     out = torch.tensor(list(values), dtype=torch.float64, device=device)
     torch.distributed.all_reduce(out, op=reduce_op[op])
     return [float(v) for v in out.tolist()]
+
+
+def all_gather(values: torch.Tensor) -> torch.Tensor:
+    """The 1-D `values` of every rank (of any lengths), one after another in rank order;
+    `values` itself with one rank."""
+    if world_size() == 1:
+        return values
+    device = values.device
+    count = torch.tensor([values.numel()], dtype=torch.long, device=device)
+    counts = [torch.zeros_like(count) for _ in range(world_size())]
+    torch.distributed.all_gather(counts, count)
+    longest = max(max(int(c) for c in counts), 1)
+    padded = torch.zeros(longest, dtype=values.dtype, device=device)
+    padded[: values.numel()] = values
+    parts = [torch.empty_like(padded) for _ in counts]
+    torch.distributed.all_gather(parts, padded)
+    return torch.cat([p[: int(c)] for p, c in zip(parts, counts, strict=True)])

@@ -369,8 +369,10 @@ class LearnerWorker:
         return self.learner.bf16
 
     def state_dict(self) -> dict[str, Any]:
-        """The policy's full weights on CPU (every rank gathers under ZeRO-3)."""
-        return self.learner.state_dict()
+        """Rank 0: the policy's full weights on CPU (every rank gathers under ZeRO-3, and the
+        others answer nothing)."""
+        weights = self.learner.state_dict()
+        return weights if self.rank == 0 else {}
 
     def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> None:
         """Rank 0: open the weight-transfer group with the rollout workers' engines (again,
@@ -397,9 +399,8 @@ class LearnerWorker:
         if self.rank == 0:
             self.client.version = version
             self.sender.send_weights()
-        else:
-            zero3 = self.learner.config.zero_stage == 3
-            for _ in LearnerSource(self.learner.engine.module, zero3):
+        elif self.learner.config.zero_stage == 3:
+            for _ in LearnerSource(self.learner.engine.module, zero3=True):
                 pass
         return time.perf_counter() - started
 

@@ -1,5 +1,5 @@
 """A learner of several ranks, without the ranks: how a batch is shared out among them, how
-their losses add up to the batch's, and what is refused."""
+their losses add up to one rank's, and what is refused."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ torch = pytest.importorskip("torch", reason="the learner needs the train extra")
 from agenthub.trainer import TrainBatch  # noqa: E402
 from agenthub.trainer._config import RayConfig  # noqa: E402
 from agenthub.trainer._importance import GapMeter, importance_weights  # noqa: E402
-from agenthub.trainer._learner import LossScale, check_checkpoint_ranks  # noqa: E402
+from agenthub.trainer._learner import check_checkpoint_ranks  # noqa: E402
 from agenthub.trainer._loss import policy_loss  # noqa: E402
+from agenthub.trainer._ranks import all_gather, all_reduce  # noqa: E402
 
 LENGTHS = [60, 9, 33, 17, 48, 5, 26, 40]
 
@@ -27,62 +28,35 @@ def batch(lengths: list[int] = LENGTHS) -> TrainBatch:
     return TrainBatch.collate(tokens, masks, logprobs, advantages)
 
 
-def rows_of(chunk: TrainBatch, whole: TrainBatch) -> list[int]:
-    """Which of `whole`'s sequences `chunk` holds (matched by their tokens)."""
-    found = []
-    for ids, attention in zip(chunk.input_ids, chunk.attention_mask, strict=True):
-        seq = ids[attention.bool()].tolist()
-        for i in range(len(whole)):
-            if whole.input_ids[i, : len(seq)].tolist() == seq and int(
-                whole.attention_mask[i].sum()
-            ) == len(seq):
-                found.append(i)
-    return found
+def same(a: TrainBatch, b: TrainBatch) -> bool:
+    return torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
 
 
-def real(chunk: TrainBatch) -> bool:
-    return bool(chunk.loss_mask.sum() > 0)
+def tokens_of(chunk: TrainBatch) -> int:
+    return int(chunk.attention_mask.sum())
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_a_batch_is_shared_by_tokens_and_every_rank_runs_as_many_micro_batches(
-    ranks: int,
-) -> None:
+def test_the_ranks_share_out_one_ranks_micro_batches_balanced_by_tokens(ranks: int) -> None:
     whole = batch()
+    chunks = whole.micro_batches(2)
     shares = whole.shard(ranks, micro_batch_size=2)
     assert len(shares) == ranks
-    assert len({len(s) for s in shares}) == 1  # the same count of micro-batches on every rank
-    rows = [sorted(r for c in s if real(c) for r in rows_of(c, whole)) for s in shares]
-    assert sorted(r for share in rows for r in share) == list(range(len(whole)))
-    tokens = [sum(LENGTHS[r] for r in share) for share in rows]
-    # Greedy by tokens: no rank holds more than the fair share plus one longest sequence.
-    assert max(tokens) - min(tokens) <= max(LENGTHS)
-    assert max(tokens) <= sum(LENGTHS) / ranks + max(LENGTHS) / 2
+    dealt = [c for share in shares for c in share]
+    assert len(dealt) == len(chunks)
+    assert all(sum(same(c, d) for d in dealt) == 1 for c in chunks), "each one once"
+    loads = [sum(map(tokens_of, share)) for share in shares]
+    # Greedy by tokens: no rank holds more than another plus one micro-batch.
+    assert max(loads) - min(loads) <= max(map(tokens_of, chunks))
 
 
-def test_tokens_not_sequence_counts_decide_the_shares() -> None:
-    # One long sequence against six short ones: halving by count would give one rank 120
+def test_tokens_not_micro_batch_counts_decide_the_shares() -> None:
+    # One long sequence against six short ones: halving by count would give one rank 110
     # tokens and the other 15; by tokens the long one is a share of its own.
     whole = batch([100, 5, 5, 5, 5, 5, 5])
-    shares = whole.shard(2, micro_batch_size=8)
-    rows = [[r for c in s if real(c) for r in rows_of(c, whole)] for s in shares]
-    assert sorted(map(sorted, rows)) == [[0], [1, 2, 3, 4, 5, 6]]
-
-
-def test_a_rank_with_fewer_micro_batches_is_padded_with_ones_that_learn_nothing() -> None:
-    whole = batch([100, 5, 5, 5, 5, 5, 5])
-    long, short = sorted(whole.shard(2, micro_batch_size=2), key=lambda s: sum(map(real, s)))
-    assert len(long) == len(short) == 3
-    assert [real(c) for c in long] == [True, False, False]
-    idle = long[1]
-    assert len(idle) == 1 and int(idle.loss_mask.sum()) == 0
-    assert float(idle.advantages.abs().sum()) == 0.0
-
-
-def test_more_ranks_than_sequences_leaves_some_ranks_only_idle_micro_batches() -> None:
-    shares = batch([10, 20]).shard(3, micro_batch_size=4)
-    assert [len(s) for s in shares] == [1, 1, 1]
-    assert sorted(real(s[0]) for s in shares) == [False, True, True]
+    first, second = whole.shard(2, micro_batch_size=1)
+    assert [tokens_of(c) for c in first] == [100]
+    assert [tokens_of(c) for c in second] == [5] * 6
 
 
 def test_one_rank_gets_the_micro_batches_it_always_had() -> None:
@@ -90,19 +64,36 @@ def test_one_rank_gets_the_micro_batches_it_always_had() -> None:
     (share,) = whole.shard(1, micro_batch_size=3)
     plain = whole.micro_batches(3)
     assert len(share) == len(plain)
-    for a, b in zip(share, plain, strict=True):
-        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
+    assert all(same(a, b) for a, b in zip(share, plain, strict=True))
+
+
+def test_more_ranks_than_micro_batches_leaves_some_ranks_none() -> None:
+    shares = batch([10, 20]).shard(3, micro_batch_size=4)
+    assert [len(s) for s in shares] == [1, 0, 0]
+
+
+def test_an_idle_micro_batch_runs_the_model_and_learns_nothing() -> None:
+    whole = batch([7, 30, 12])
+    per_token = TrainBatch.collate(
+        [[5] * 7, [6] * 30], [[1] * 7, [1] * 30], [[0.0] * 7, [0.0] * 30],
+        torch.ones(2, 30), rewards=[1.0, 2.0],
+    )  # fmt: skip
+    for source in (whole, per_token):
+        idle = source.idle()
+        assert len(idle) == 1 and idle.input_ids.shape[1] == 7  # its own length, no padding
+        assert int(idle.loss_mask.sum()) == 0 and float(idle.advantages.abs().sum()) == 0.0
+        assert idle.rewards is None or float(idle.rewards.abs().sum()) == 0.0
 
 
 @pytest.mark.parametrize(
     "aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 )
-@pytest.mark.parametrize("ranks", [1, 2, 3])
-def test_the_ranks_losses_average_to_the_whole_batch_loss(aggregation: str, ranks: int) -> None:
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_the_ranks_losses_average_to_one_ranks_loss(aggregation: str, ranks: int) -> None:
     whole = batch()
-    g = torch.Generator().manual_seed(1)
+    width = int(whole.input_ids.shape[1])
 
-    def loss(chunk: TrainBatch) -> torch.Tensor:
+    def loss(chunk: TrainBatch) -> float:
         # A policy's logprobs that depend on the tokens alone, as a model's would.
         new = -(chunk.input_ids.float() * 0.37 % 1.3) * chunk.attention_mask
         out = policy_loss(
@@ -111,19 +102,24 @@ def test_the_ranks_losses_average_to_the_whole_batch_loss(aggregation: str, rank
             chunk.advantages,
             chunk.loss_mask,
             aggregation=aggregation,  # type: ignore[arg-type]
-            max_tokens=int(whole.input_ids.shape[1]),
+            max_tokens=width,
         )
-        return out.loss
+        return float(out.loss)
 
-    del g
-    expected = float(loss(whole))
-    scale = LossScale.of(whole, ranks)
+    # The learner weighs each micro-batch by its share of the sequences, times the ranks.
+    one = sum(loss(c) * len(c) / len(whole) for c in whole.micro_batches(2))
     per_rank = [
-        sum(float(loss(c)) * scale.policy(c, aggregation) for c in share)  # type: ignore[arg-type]
+        sum(loss(c) * (len(c) / len(whole) * ranks) for c in share)
         for share in whole.shard(ranks, micro_batch_size=2)
     ]
     # DeepSpeed averages the ranks' gradients: the mean of the ranks' losses is what is learned.
-    assert sum(per_rank) / ranks == pytest.approx(expected, rel=1e-5)
+    assert sum(per_rank) / ranks == pytest.approx(one, rel=1e-6)
+
+
+def test_one_rank_reduces_and_gathers_nothing() -> None:
+    values = torch.tensor([1.5, -2.0])
+    assert all_gather(values) is values
+    assert all_reduce([1.5, 2], torch.device("cpu"), "max") == [1.5, 2.0]
 
 
 def test_gap_meters_of_the_ranks_merge_into_the_whole_batch_meter() -> None:
