@@ -26,12 +26,17 @@ from agenthub.trainer._learner_group import LearnerGroup  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-TOLERANCE = 5e-5
-"""Largest weight difference allowed between one and two ranks after one AdamW step of
-lr 1e-3. Both take the same micro-batches with the same weights; only the order of the fp32
-sums differs (gloo adds the two ranks' gradients, one rank adds them as it goes). The first
-AdamW step divides each gradient by its own magnitude, which turns such rounding into
-differences up to the step's size where a gradient is near AdamW's eps."""
+TOLERANCE = 1e-4
+"""Largest weight difference allowed between one and two ranks after one AdamW step of lr 1e-3
+(a tenth of the step). Both take the same micro-batches with the same weights; only the order
+of the fp32 sums differs (gloo adds the two ranks' gradients, one rank adds them as it goes).
+The first AdamW step moves each weight by lr * g / (|g| + eps), which turns such rounding into
+a visible difference only where a gradient is near eps. Measured on a 2-core CPU: largest
+1.7e-5 (ZeRO-3) to 4.6e-5 (ZeRO-2), mean 2e-10, and 3e-5 to 4e-5 of the weights (about 100
+of 3.5M) more than 1e-6 apart."""
+
+STRAYS = 1e-4
+"""Share of the weights allowed to differ by more than a thousandth of the step (1e-6)."""
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +82,18 @@ def batch(seed: int) -> TrainBatch:
     masks = [[0] * 3 + [1] * (n - 3) for n in lengths]
     logprobs = [[0.0] * 3 + (-torch.rand(n - 3, generator=g) * 8).tolist() for n in lengths]
     advantages = torch.randn(len(lengths), generator=g).tolist()
-    return TrainBatch.collate(tokens, masks, logprobs, advantages)
+    rewards = torch.rand(len(lengths), generator=g).tolist()  # for the critic's returns
+    return TrainBatch.collate(tokens, masks, logprobs, advantages, rewards=rewards)
 
 
-def settings(zero_stage: int, ranks: int) -> TrainConfig:
-    learner = {"zero_stage": zero_stage, "lr": 1e-3, "micro_batch_size": 3}
-    return TrainConfig(env="math", learner=learner, ray={"learner_ranks": ranks})
+def settings(zero_stage: int, ranks: int, estimator: str = "group_norm") -> TrainConfig:
+    """`estimator="gae"` adds the critic, whose advantages replace the batch's."""
+    return TrainConfig(
+        env="math",
+        algorithm={"estimator": estimator},
+        learner={"zero_stage": zero_stage, "lr": 1e-3, "micro_batch_size": 3},
+        ray={"learner_ranks": ranks},
+    )
 
 
 def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
@@ -90,23 +101,32 @@ def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
-def one_rank_step(model: Path, zero_stage: int) -> dict[str, Any]:
-    learner = Learner(model, settings(zero_stage, 1).learner)
+def share_apart(a: dict[str, Any], b: dict[str, Any], above: float) -> float:
+    flat = torch.cat([(a[k].float() - b[k].float()).abs().flatten() for k in a])
+    return float((flat > above).float().mean())
+
+
+def one_rank_step(model: Path, cfg: TrainConfig) -> tuple[dict[str, Any], float]:
+    """The weights after one step of one rank, and the largest change the step made."""
+    torch.manual_seed(cfg.run.seed)  # as each rank does: the critic's value head is new
+    learner = Learner(model, cfg.learner)
     before = learner.state_dict()
     learner.step(batch(1))
     after = learner.state_dict()
-    assert largest_difference(before, after) > 1e-4  # the step moved the weights
-    return after
+    return after, largest_difference(before, after)
 
 
-@pytest.mark.parametrize("zero_stage", [2, 3])
+@pytest.mark.parametrize(
+    ("zero_stage", "estimator"), [(2, "group_norm"), (3, "group_norm"), (2, "gae")]
+)
 def test_two_ranks_take_the_step_of_one_and_resume_exactly(
-    model: Path, ray_cpus: None, zero_stage: int, tmp_path: Path
+    model: Path, ray_cpus: None, zero_stage: int, estimator: str, tmp_path: Path
 ) -> None:
-    expected = one_rank_step(model, zero_stage)
+    expected, moved = one_rank_step(model, settings(zero_stage, 1, estimator))
+    assert moved > 1e-4  # the step moved the weights
 
     async def run() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        group = LearnerGroup(settings(zero_stage, 2), model)
+        group = LearnerGroup(settings(zero_stage, 2, estimator), model)
         try:
             await group.start()
             await group.step(batch(1))
@@ -116,7 +136,7 @@ def test_two_ranks_take_the_step_of_one_and_resume_exactly(
             uninterrupted = await group.state_dict()
         finally:
             group.kill()
-        resumed_group = LearnerGroup(settings(zero_stage, 2), model)
+        resumed_group = LearnerGroup(settings(zero_stage, 2, estimator), model)
         try:
             await resumed_group.start()
             assert await resumed_group.load_checkpoint(tmp_path, "step1") == 1
@@ -128,11 +148,13 @@ def test_two_ranks_take_the_step_of_one_and_resume_exactly(
 
     stepped, uninterrupted, resumed = asyncio.run(run())
     difference = largest_difference(stepped, expected)
-    print(f"ZeRO-{zero_stage}: largest weight difference, 2 ranks against 1: {difference:.2e}")
-    assert difference <= TOLERANCE
+    strays = share_apart(stepped, expected, 1e-6)
+    print(f"ZeRO-{zero_stage}, {estimator}: 2 ranks against 1, largest difference {difference:.2e}")
+    print(f"ZeRO-{zero_stage}, {estimator}: share of the weights over 1e-6 apart {strays:.2e}")
+    assert difference <= TOLERANCE and strays <= STRAYS
     assert largest_difference(uninterrupted, resumed) == 0.0
     # The checkpoint holds one optimizer shard per rank; one rank refuses it, saying why.
-    learner = Learner(model, settings(zero_stage, 1).learner)
+    learner = Learner(model, settings(zero_stage, 1, estimator).learner)
     with pytest.raises(ValueError, match="saved by a learner of 2 ranks.*learner_ranks=2"):
         learner.load_checkpoint(tmp_path, "step1")
 
