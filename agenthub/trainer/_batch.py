@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -96,6 +96,36 @@ class TrainBatch:
 
     def slice(self, start: int, stop: int) -> TrainBatch:
         return self._map(lambda t: t[start:stop], lambda t: t[start:stop])
+
+    def idle(self) -> TrainBatch:
+        """A micro-batch of this batch's first sequence with nothing to learn (no loss-mask
+        token, advantage 0): a rank with fewer micro-batches than the others runs such ones,
+        so that every rank takes part in as many of the group's collectives."""
+        width = max(int(self.attention_mask[0].sum()), 1)
+        one = self._map(lambda t: t[:1, :width], lambda t: t[:1])
+        return replace(
+            one,
+            loss_mask=torch.zeros_like(one.loss_mask),
+            advantages=torch.zeros_like(one.advantages),
+            rewards=None if one.rewards is None else torch.zeros_like(one.rewards),
+        )
+
+    def shard(self, ranks: int, micro_batch_size: int) -> list[list[TrainBatch]]:
+        """The micro-batches one learner takes (`micro_batches`), shared out among `ranks`
+        data-parallel ranks by tokens: each, most tokens first, goes to the rank with the
+        fewest so far (ties: the lower rank), and each rank keeps them in their order. Whole
+        micro-batches move, so the loss a rank takes of each is the one a learner of one rank
+        takes: N ranks take one rank's step. One rank gets `micro_batches` unchanged."""
+        if ranks < 1:
+            raise ValueError(f"a batch is shared among 1 or more ranks, not {ranks}")
+        chunks = self.micro_batches(micro_batch_size)
+        tokens = [int(c.attention_mask.sum()) for c in chunks]
+        owners = [0] * len(chunks)
+        loads = [0] * ranks
+        for i in sorted(range(len(chunks)), key=lambda i: -tokens[i]):
+            owners[i] = least = min(range(ranks), key=lambda r: loads[r])
+            loads[least] += tokens[i]
+        return [[c for c, o in zip(chunks, owners, strict=True) if o == r] for r in range(ranks)]
 
 
 def _versions(

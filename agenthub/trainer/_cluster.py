@@ -141,8 +141,9 @@ class RayCluster:
         learner: type | None = None,
         processes: Path | None = None,
     ) -> None:
+        from agenthub.trainer._learner_group import LearnerGroup
         from agenthub.trainer._queue import TrajectoryQueue
-        from agenthub.trainer._workers import Admission, LearnerWorker, RolloutWorker
+        from agenthub.trainer._workers import Admission, RolloutWorker
 
         self.cfg = cfg
         self.processes = processes
@@ -158,9 +159,7 @@ class RayCluster:
         self.admission = _actor(Admission, num_cpus=0, max_concurrency=10_000).remote(
             groups, staleness, version
         )
-        self.learner = _actor(
-            learner or LearnerWorker, num_cpus=1, num_gpus=cfg.ray.learner_num_gpus
-        ).remote(config, str(model_path))
+        self.learner = LearnerGroup(cfg, model_path, learner)
         self.workers = [
             self._new_worker(rank, tasks_drawn[rank], 0) for rank in range(cfg.ray.rollout_workers)
         ]
@@ -181,8 +180,8 @@ class RayCluster:
         ).remote(*self._worker_args, rank, self.queue, self.admission, drawn, **later)
 
     async def start(self) -> None:
-        """Start every worker's engine and env."""
-        await asyncio.gather(*(w.start.remote() for w in self.workers))
+        """Start every worker's engine and env, and join the learner's ranks."""
+        await asyncio.gather(self.learner.start(), *(w.start.remote() for w in self.workers))
         self._started = True
         await self._write_processes()
 
@@ -190,8 +189,7 @@ class RayCluster:
         """Join the engines to the learner's weight transfer; whether the learner trains in
         bf16 (as it resolved `learner.bf16`)."""
         ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in self.workers))
-        await self.learner.open_weight_sync.remote(self.workers, list(ranks))
-        return bool(await self.learner.uses_bf16.remote())
+        return await self.learner.open_weight_sync(self.workers, list(ranks))
 
     def run_workers(self) -> None:
         self._running = [w.run.remote() for w in self.workers]
@@ -209,7 +207,8 @@ class RayCluster:
         if self._started:  # else a worker may be inside vLLM's start-up, which nothing cuts
             await asyncio.gather(*(w.close.remote() for w in self.workers), return_exceptions=True)
         self.queue.shutdown()
-        for actor in [self.learner, self.admission, *self.workers]:
+        self.learner.kill()
+        for actor in [self.admission, *self.workers]:
             ray.kill(actor)
 
     async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
@@ -232,11 +231,11 @@ class RayCluster:
         return self.queue.qsize()
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
-        learned: dict[str, float] = await self.learner.step.remote(batch)
+        learned: dict[str, float] = await self.learner.step(batch)
         return learned
 
     async def publish(self, version: int) -> float:
-        seconds = float(await self.learner.send_weights.remote(version))
+        seconds = await self.learner.send_weights(version)
         await self.admission.set_version.remote(version)
         return seconds
 
@@ -253,13 +252,13 @@ class RayCluster:
         return result
 
     async def save_checkpoint(self, directory: Path, tag: str) -> None:
-        await self.learner.save_checkpoint.remote(str(directory), tag)
+        await self.learner.save_checkpoint(directory, tag)
 
     async def save_model(self, directory: Path, about: dict[str, Any]) -> None:
-        await self.learner.save_model.remote(str(directory), about)
+        await self.learner.save_model(directory, about)
 
     async def load_checkpoint(self, directory: Path, tag: str) -> int:
-        return int(await self.learner.load_checkpoint.remote(str(directory), tag))
+        return await self.learner.load_checkpoint(directory, tag)
 
     async def lost(self) -> Lost:
         import ray
@@ -273,10 +272,12 @@ class RayCluster:
                 return None  # busy, not dead
             return None
 
-        learner, *workers = await asyncio.gather(
-            death(self.learner), *(death(w) for w in self.workers)
-        )
-        return Lost(learner, {rank: e for rank, e in enumerate(workers) if e is not None})
+        # One rank lost is the whole learner lost: the others wait on it in every collective.
+        ranks = len(self.learner.actors)
+        deaths = await asyncio.gather(*(death(a) for a in [*self.learner.actors, *self.workers]))
+        learner = next((e for e in deaths[:ranks] if e is not None), None)
+        workers = {rank: e for rank, e in enumerate(deaths[ranks:]) if e is not None}
+        return Lost(learner, workers)
 
     async def replace_workers(self, ranks: list[int], version: int) -> int:
         """Each new worker is its rank's next life: the admission gate ignores what the dead
@@ -307,16 +308,20 @@ class RayCluster:
         return groups * self.cfg.rollout.n_samples_per_prompt
 
     async def _write_processes(self) -> None:
-        """The learner's and each worker's process id, to `processes`."""
+        """Each learner rank's and each worker's process id, to `processes`: `learner` is
+        rank 0's (a learner of one rank is that one), `learner_ranks` every rank's in order."""
         if self.processes is None:
             return
 
         def pid(actor: Any) -> Any:
             return actor.__ray_call__.remote(lambda self: os.getpid())
 
-        learner, *workers = await asyncio.gather(pid(self.learner), *(pid(w) for w in self.workers))
+        ranks = len(self.learner.actors)
+        pids = await asyncio.gather(*(pid(a) for a in [*self.learner.actors, *self.workers]))
+        learner, workers = pids[:ranks], pids[ranks:]
+        about = {"learner": learner[0], "learner_ranks": learner, "rollout_workers": workers}
         self.processes.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.processes, json.dumps({"learner": learner, "rollout_workers": workers}))
+        write_atomic(self.processes, json.dumps(about))
 
 
 def start_ray(cfg: TrainConfig, library_log: Path | None = None) -> None:
@@ -345,7 +350,14 @@ def start_ray(cfg: TrainConfig, library_log: Path | None = None) -> None:
     # Ray runs its workers at niceness 15 by default; here they are the job itself, and would
     # lose their cores to anything else on the machine.
     os.environ.setdefault("RAY_worker_niceness", "0")
-    cpus = max(os.cpu_count() or 1, cfg.ray.rollout_workers + 1)
+    cores = os.cpu_count() or 1
+    if cfg.ray.learner_ranks > cores:
+        raise AgentHubError(
+            f"ray.learner_ranks={cfg.ray.learner_ranks} asks for a learner rank per core and "
+            f"this machine has {cores} cores; set ray.learner_ranks to at most {cores}, or join "
+            "a cluster with --ray-address"
+        )
+    cpus = max(cores, cfg.ray.rollout_workers + cfg.ray.learner_ranks)
     # Ray's processes (and the actors' and engines' under them) share this terminal's process
     # group: with SIGHUP blocked they inherit, a hang-up stops the run through its handler,
     # with a checkpoint, rather than killing the cluster under it.
@@ -356,14 +368,15 @@ def start_ray(cfg: TrainConfig, library_log: Path | None = None) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     # Ray waits forever for GPUs a machine lacks; on a cluster they may yet join.
     r = cfg.ray
-    wanted = r.learner_num_gpus + r.rollout_workers * r.worker_num_gpus
+    wanted = r.learner_ranks * r.learner_num_gpus + r.rollout_workers * r.worker_num_gpus
     have = float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
     if wanted > have:
         raise AgentHubError(
             f"the run asks for {wanted:g} GPUs (ray.learner_num_gpus="
-            f"{r.learner_num_gpus:g}, ray.worker_num_gpus={r.worker_num_gpus:g} per "
-            f"rollout worker) and this machine has {have:g}; set them to what it has "
-            "(0 trains on the CPU), or join a cluster with --ray-address"
+            f"{r.learner_num_gpus:g} for each of {r.learner_ranks} learner ranks, "
+            f"ray.worker_num_gpus={r.worker_num_gpus:g} per rollout worker) and this machine has "
+            f"{have:g}; set them to what it has (0 trains on the CPU), or join a cluster with "
+            "--ray-address"
         )
 
 

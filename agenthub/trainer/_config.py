@@ -179,11 +179,32 @@ class RayConfig(ConfigSection):
     """GPUs reserved for each rollout worker's engine. When this and `learner_num_gpus` are
     whole GPUs (1 or more), weights sync over NCCL; otherwise over gloo."""
     learner_num_gpus: float = Field(0.0, ge=0)
-    """GPUs reserved for the learner."""
+    """GPUs reserved for each learner rank."""
+    learner_ranks: int = Field(1, ge=1)
+    """Data-parallel ranks of the learner (DeepSpeed over gloo on CPU, NCCL on GPUs), each a
+    Ray actor in one placement group. The micro-batches of every batch
+    (`learner.micro_batch_size` sequences each) are shared out among the ranks by tokens, so N
+    ranks take the step one rank takes, to fp32 rounding; a batch of fewer micro-batches than
+    ranks leaves some ranks idle. `learner.zero_stage` 1-3 shards the optimizer state,
+    gradients and weights across them. Checkpoints then hold one optimizer shard per rank
+    and resume with the same number of ranks. On GPUs each rank needs a whole GPU
+    (`learner_num_gpus` >= 1); the Ray cluster must have a CPU (and those GPUs) for every
+    rank, or the run is refused."""
     learner_threads: int = Field(1, ge=1)
     """CPU threads of the learner's torch ops."""
     worker_threads: int = Field(1, ge=1)
     """CPU threads of each rollout worker's engine (on CPU machines)."""
+
+    @model_validator(mode="after")
+    def _whole_gpus_per_rank(self) -> RayConfig:
+        # NCCL cannot join two ranks on one GPU, which shares of a GPU may put them on.
+        if self.learner_ranks > 1 and 0 < self.learner_num_gpus < 1:
+            raise ValueError(
+                f"ray.learner_ranks={self.learner_ranks} with ray.learner_num_gpus="
+                f"{self.learner_num_gpus:g}: the ranks of a learner on GPUs reduce over NCCL, "
+                "which needs a whole GPU per rank; set ray.learner_num_gpus=1 (or 0 for CPU)"
+            )
+        return self
 
 
 class TrainConfig(ConfigSection):

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from agenthub.trainer._advantages import gae
 from agenthub.trainer._batch import TrainBatch
+from agenthub.trainer._ranks import all_gather, all_reduce, world_size
 from agenthub.trainer._section import ConfigSection
 
 __all__ = ["Critic", "CriticConfig"]
@@ -112,7 +113,8 @@ class Critic:
                 targets.append(ValueTargets(returns=returns, values=values))
         if cfg.whiten:
             masks = [c.loss_mask.bool() for c in chunks]
-            flat = torch.cat([a[m] for a, m in zip(advantages, masks, strict=True)])
+            # Whitened over the whole batch: every rank's tokens.
+            flat = all_gather(torch.cat([a[m] for a, m in zip(advantages, masks, strict=True)]))
             if flat.numel() > 1:
                 mean, std = flat.mean(), flat.std()
                 advantages = [
@@ -121,9 +123,13 @@ class Critic:
         prepared = [replace(c, advantages=a) for c, a in zip(chunks, advantages, strict=True)]
         return prepared, targets
 
-    def fit(self, chunks: list[TrainBatch], targets: list[ValueTargets]) -> dict[str, float]:
-        """One optimiser step of the clipped value loss over all micro-batches."""
-        total_tokens = sum(float(c.loss_mask.sum()) for c in chunks)
+    def fit(
+        self, chunks: list[TrainBatch], targets: list[ValueTargets], total_tokens: float
+    ) -> dict[str, float]:
+        """One optimiser step of the clipped value loss over all micro-batches, a mean over the
+        `total_tokens` model tokens of the whole batch (of which a learner of several ranks
+        holds a share)."""
+        ranks = world_size()
         loss_sum, value_sum = 0.0, 0.0
         for n, (chunk, target) in enumerate(zip(chunks, targets, strict=True)):
             self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
@@ -135,10 +141,12 @@ class Critic:
                 kept = target.values + (values - target.values).clamp(-clip, clip)
                 errors = torch.maximum(errors, (kept - target.returns) ** 2)
             loss = 0.5 * (errors * mask).sum() / max(total_tokens, 1.0)
-            self.engine.backward(loss)
+            # DeepSpeed averages the ranks' gradients: times the ranks, they add up instead.
+            self.engine.backward(loss * ranks)
             loss_sum += loss.item()
             value_sum += float((values.detach() * mask).sum())
         self.engine.step()
+        loss_sum, value_sum = all_reduce([loss_sum, value_sum], self.engine.device)
         return {
             "critic/value_loss": loss_sum,
             "critic/value_mean": value_sum / max(total_tokens, 1.0),

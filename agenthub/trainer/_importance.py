@@ -9,6 +9,7 @@ sampled the token, and what the correction did about it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -141,6 +142,26 @@ class GapMeter:
         all_masked = ((correction.masked | ~model).all(dim=1)) & has_tokens
         self._sequences += int(has_tokens.sum())
         self._masked_sequences += int(all_masked.sum())
+
+    def merge(self, reduce: Callable[[list[float], str], list[float]]) -> None:
+        """Take in the other ranks' meters of a learner of several ranks, each of which
+        measured its share of the batch: `reduce(values, op)` gives each value summed
+        (`op="sum"`) or maxed (`op="max"`) over every rank."""
+        kinds = ("all", "current", "stale")
+        counts = [self._clipped, self._masked, self._sequences, self._masked_sequences]
+        unknown = 0.0 if self._versions_known else 1.0
+        summed = reduce(
+            [*(self._sums[k] for k in kinds), *(self._counts[k] for k in kinds), *counts, unknown],
+            "sum",
+        )
+        maxed = reduce([self._maxes[k] for k in kinds], "max")
+        for i, kind in enumerate(kinds):
+            self._sums[kind], self._counts[kind] = summed[i], int(summed[3 + i])
+            self._maxes[kind] = maxed[i]
+        self._clipped, self._masked, self._sequences, self._masked_sequences = (
+            int(v) for v in summed[6:10]
+        )
+        self._versions_known = summed[10] == 0
 
     def metrics(self) -> dict[str, float]:
         tokens = max(self._counts["all"], 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +14,7 @@ from agenthub.trainer._batch import TrainBatch, token_logprobs
 from agenthub.trainer._critic import Critic, CriticConfig
 from agenthub.trainer._importance import GapMeter, importance_weights
 from agenthub.trainer._loss import Aggregation, KLController, kl_divergence, policy_loss
+from agenthub.trainer._ranks import all_reduce, join_alone, rank, world_size
 from agenthub.trainer._section import ConfigSection
 
 MODEL_CHECKPOINT = "agenthub_checkpoint.json"
@@ -72,32 +72,33 @@ class LearnerConfig(ConfigSection):
     advantages replace the batch's sequence advantages (set by `algorithm.estimator=gae`)."""
 
 
-def _init_single_process_distributed() -> None:
+def _init_distributed() -> None:
+    """DeepSpeed's communication over the learner's group: the one `LearnerWorker` joined for
+    a learner of several ranks, or a group of this process alone."""
     import deepspeed
 
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if not torch.distributed.is_initialized() and not launched:
-        # One process needs no port picked in advance: the store listens on a port the kernel
-        # chooses at bind time. Picking a free port first and listening on it later lost the
-        # port to another process now and then on a busy machine (EADDRINUSE). The port is not
-        # written into the environment: child processes (a CLI run started by this one) would
-        # inherit it and try to listen on it too. DeepSpeed finds torch.distributed initialized
-        # and uses it as it is.
-        store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
-            "127.0.0.1", 0, world_size=1, is_master=True
-        )
-        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-            os.environ.setdefault(key, value)
-        torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
-    if torch.distributed.is_initialized() and torch.distributed.get_world_size() == 1:
-        # DeepSpeed builds its shared-memory all-reduce for CPU ranks (a C++ op compiled on
-        # first use, half a minute of both cores) when it starts its communication backend;
-        # one rank has nothing to reduce with, so the op is marked as not wanted.
-        from agenthub.trainer._deepspeed_compat import skip_shared_memory_comm
+    from agenthub.trainer._deepspeed_compat import skip_shared_memory_comm
 
-        skip_shared_memory_comm()
-    deepspeed.init_distributed(dist_backend=backend)
+    join_alone()
+    # DeepSpeed builds its shared-memory all-reduce for CPU ranks (a C++ op compiled on first
+    # use, half a minute of both cores) when it starts its communication backend. Only its
+    # inference all-reduce (AutoTP) calls it; training reduces through torch.distributed
+    # (gloo on CPU), so the op is marked as not wanted, for any number of ranks.
+    skip_shared_memory_comm()
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+def check_checkpoint_ranks(path: Path, ranks: int) -> None:
+    """Refuse a checkpoint whose optimizer states another number of ranks sharded: DeepSpeed
+    saves one file of them per rank under ZeRO 1-3, and would fail on another count with a
+    message about shapes."""
+    saved = len(list(path.glob("*zero_pp_rank_*_optim_states.pt")))
+    if saved and saved != ranks:
+        raise ValueError(
+            f"the learner checkpoint {path} was saved by a learner of {saved} ranks (its "
+            f"optimizer states are sharded {saved} ways) and this learner has {ranks}; resume "
+            f"with ray.learner_ranks={saved}"
+        )
 
 
 def _bf16(asked: bool | None) -> bool:
@@ -128,7 +129,8 @@ class Learner:
 
         self.config = config or LearnerConfig()
         self.model_path = Path(model_path)
-        _init_single_process_distributed()
+        _init_distributed()
+        self.rank, self.world_size = rank(), world_size()
         self.bf16 = bf16 = _bf16(self.config.bf16)
         dtype = torch.bfloat16 if bf16 else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
@@ -172,10 +174,19 @@ class Learner:
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """Learn from `batch` (`epochs` optimiser steps); returns metrics for logging. The
-        batch may be on any device: it is moved to the learner's."""
+        batch may be on any device: it is moved to the learner's. With several ranks each is
+        given the whole batch and learns from its share of the micro-batches one rank would
+        take (`TrainBatch.shard`), each weighted as one rank weights it: N ranks take the step
+        of one."""
         cfg = self.config
         batch = batch.to(self.engine.device)
-        chunks = batch.micro_batches(cfg.micro_batch_size)
+        shares = batch.shard(self.world_size, cfg.micro_batch_size)
+        mine = shares[self.rank]
+        # Every rank runs as many micro-batches, DeepSpeed's collectives being per backward
+        # pass: those of a rank with fewer learn nothing and weigh nothing.
+        idle = max(len(s) for s in shares) - len(mine)
+        chunks = mine + [batch.idle()] * idle
+        sizes = [len(c) for c in mine] + [0] * idle
         width = int(batch.input_ids.shape[1])  # Dr. GRPO's constant normaliser
         if self.critic is not None:
             chunks, value_targets = self.critic.prepare(chunks)
@@ -187,21 +198,28 @@ class Learner:
         totals: dict[str, float] = {}
         share = 1.0 / (len(batch) * cfg.epochs)
         gap = GapMeter()  # `old` is the same in every epoch: measured in the first
+        norm = 0.0
         for epoch in range(cfg.epochs):
-            for n, (chunk, old) in enumerate(zip(chunks, olds, strict=True)):
+            for n, (chunk, old, size) in enumerate(zip(chunks, olds, sizes, strict=True)):
                 # DeepSpeed reduces gradients and steps only at the boundary, which it must
                 # know before the last micro-batch's backward pass.
                 self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
                 meter = gap if epoch == 0 else None
-                metrics = self._accumulate(chunk, old, len(chunk) / len(batch), width, meter)
+                metrics = self._accumulate(chunk, old, size / len(batch), width, meter)
                 for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + value * len(chunk) * share
+                    totals[key] = totals.get(key, 0.0) + value * size * share
             plain = self._plain_grad_norm()
             self.engine.step()
-            norm = self.engine.get_global_grad_norm()
-            totals["grad_norm"] = float(norm if norm is not None else plain)
+            found = self.engine.get_global_grad_norm()
+            norm = float(found if found is not None else plain)
+        totals = dict(
+            zip(totals, all_reduce(list(totals.values()), self.engine.device), strict=True)
+        )
+        totals["grad_norm"] = norm
         if self.critic is not None:
-            totals.update(self.critic.fit(chunks, value_targets))
+            tokens = float(batch.loss_mask.sum())
+            totals.update(self.critic.fit(chunks, value_targets, tokens))
+        gap.merge(lambda values, op: all_reduce(values, self.engine.device, op))
         totals.update(gap.metrics())
         totals["kl_coef"] = self.kl.value
         if "kl" in totals:
@@ -226,9 +244,10 @@ class Learner:
         width: int,
         gap: GapMeter | None,
     ) -> dict[str, float]:
-        """Forward and backward one micro-batch; `old` None means the current policy (the first
-        epoch: the same values as the new logprobs, without gradient, and no second pass).
-        `gap`, when given, measures the micro-batch's train/inference gap."""
+        """Forward and backward one micro-batch, its loss weighted by `scale` (its share of the
+        batch's sequences); `old` None means the current policy (the first epoch: the same
+        values as the new logprobs, without gradient, and no second pass). `gap`, when given,
+        measures the micro-batch's train/inference gap."""
         cfg = self.config
         mask = chunk.loss_mask
         new = self._logprobs(self.engine, chunk)
@@ -274,7 +293,8 @@ class Learner:
             if cfg.kl_mode == "loss":
                 loss = loss + self.kl.value * kl_mean
             metrics["kl"] = kl_mean.item()
-        self.engine.backward(loss * scale)
+        # DeepSpeed averages the ranks' gradients: times the ranks, they add up instead.
+        self.engine.backward(loss * (scale * self.world_size))
         metrics["loss"] = loss.item()
         return metrics
 
@@ -290,7 +310,8 @@ class Learner:
 
     def save_checkpoint(self, directory: str | Path, tag: str) -> None:
         """Policy (and critic) weights, optimizer states and the KL weight in use under
-        `directory/tag`."""
+        `directory/tag`, each rank writing its shards as DeepSpeed lays them out. Every rank
+        calls it."""
         state = {"steps": self.steps, "kl_coef": self.kl.value}
         self.engine.save_checkpoint(str(directory), tag=tag, client_state=state)
         if self.critic is not None:
@@ -300,15 +321,19 @@ class Learner:
         """The policy as a Hugging Face model directory: its weights (gathered under ZeRO-3)
         as safetensors, with the starting model's config and tokenizer, and `about` (which
         checkpoint it is) as `agenthub_checkpoint.json`. Written beside `directory` and then
-        moved into place, so a crash leaves the previous one whole."""
+        moved into place, so a crash leaves the previous one whole. Every rank calls it (they
+        gather the weights together); rank 0 writes."""
         from transformers import AutoTokenizer
 
+        if self.rank != 0:
+            if self.config.zero_stage == 3:
+                self.state_dict()  # the ranks gather the weights together
+            return
+        weights = self.state_dict()
         target = Path(directory)
         partial, old = (target.with_name(f"{target.name}.{end}") for end in ("partial", "old"))
         shutil.rmtree(partial, ignore_errors=True)
-        self.engine.module.save_pretrained(
-            partial, state_dict=self.state_dict(), safe_serialization=True
-        )
+        self.engine.module.save_pretrained(partial, state_dict=weights, safe_serialization=True)
         AutoTokenizer.from_pretrained(self.model_path).save_pretrained(partial)
         if about is not None:
             (partial / MODEL_CHECKPOINT).write_text(json.dumps(about) + "\n", encoding="utf-8")
@@ -319,12 +344,17 @@ class Learner:
         shutil.rmtree(old, ignore_errors=True)
 
     def load_checkpoint(self, directory: str | Path, tag: str | None = None) -> None:
+        """Resume from `save_checkpoint`'s `directory/tag` (the latest tag when None), on as
+        many ranks as saved it. Every rank calls it."""
+        latest = Path(directory) / "latest"  # DeepSpeed's: the tag when none is given
+        if tag is None and not latest.is_file():
+            raise FileNotFoundError(f"no learner checkpoint in {directory}")
+        tag = tag or latest.read_text(encoding="utf-8").strip()
+        check_checkpoint_ranks(Path(directory) / tag, self.world_size)
         path, client = self.engine.load_checkpoint(str(directory), tag=tag)
         if path is None:
             raise FileNotFoundError(f"no learner checkpoint in {directory}")
         if self.critic is not None:
-            # DeepSpeed's `latest` file names the tag when none was given.
-            tag = tag or (Path(directory) / "latest").read_text(encoding="utf-8").strip()
             self.critic.load_checkpoint(Path(directory) / tag)
         self.steps = int(client["steps"])
         if "kl_coef" in client:  # checkpoints before the adaptive KL weight kept none

@@ -370,7 +370,7 @@ class SimCluster(RayCluster):
 
     async def aclose(self) -> None:
         try:
-            self.learner_busy = await self.learner.busy.remote()
-            self.learner_drained = await self.learner.drained.remote()
+            self.learner_busy = await self.learner.first.busy.remote()
+            self.learner_drained = await self.learner.first.drained.remote()
         finally:
             await super().aclose()

@@ -313,22 +313,53 @@ def _or(value: int | None, default: int) -> int:
 
 
 class LearnerWorker:
-    """The DeepSpeed learner in its own process (a Ray actor)."""
+    """One rank of the DeepSpeed learner in its own process (a Ray actor).
 
-    def __init__(self, config: dict[str, Any], model_path: str) -> None:
-        import torch
+    A learner of one rank starts at once. Of several (`ray.learner_ranks`), rank 0 opens the
+    group's store (`rendezvous`), then every rank joins (`join`) and starts its learner; each
+    call after that goes to every rank, rank 0's answer being the group's (`LearnerGroup`)."""
+
+    def __init__(
+        self, config: dict[str, Any], model_path: str, rank: int = 0, ranks: int = 1
+    ) -> None:
         from transformers.utils import logging as transformers_logging
-
-        from agenthub.trainer._learner import Learner
 
         # transformers' bars for loading and saving weights, each checkpoint's among them, come
         # out of an actor as lines of their own between the run's bar and its log.
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        cfg = TrainConfig.model_validate(config)
-        self.config = cfg
-        torch.set_num_threads(cfg.ray.learner_threads)
-        torch.manual_seed(cfg.run.seed)
-        self.learner = Learner(model_path, cfg.learner)
+        self.config = TrainConfig.model_validate(config)
+        self.model_path = model_path
+        self.rank, self.ranks = rank, ranks
+        self.store: Any = None
+        if ranks == 1:
+            self._start()
+
+    def _start(self) -> None:
+        import torch
+
+        from agenthub.trainer._learner import Learner
+
+        torch.set_num_threads(self.config.ray.learner_threads)
+        torch.manual_seed(self.config.run.seed)
+        self.learner = Learner(self.model_path, self.config.learner)
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Rank 0: open the group's store on this node; its address and port."""
+        import ray
+
+        from agenthub.trainer._ranks import open_store
+
+        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self.store, port = open_store(host, self.ranks)
+        return host, port
+
+    def join(self, host: str, port: int) -> None:
+        """Join the group whose rank 0 listens at `host:port` (every rank at once; it returns
+        when all have joined) and start this rank's learner."""
+        from agenthub.trainer._ranks import join_group
+
+        join_group(self.rank, self.ranks, host, port, self.store)
+        self._start()
 
     def step(self, batch: Any) -> dict[str, float]:
         return self.learner.step(batch)
@@ -337,9 +368,15 @@ class LearnerWorker:
         """Whether the learner trains in bf16 (`learner.bf16=null` decides by its device)."""
         return self.learner.bf16
 
+    def state_dict(self) -> dict[str, Any]:
+        """Rank 0: the policy's full weights on CPU (every rank gathers under ZeRO-3, and the
+        others answer nothing)."""
+        weights = self.learner.state_dict()
+        return weights if self.rank == 0 else {}
+
     def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> None:
-        """Open the weight-transfer group with the rollout workers' engines (again, with a
-        new group, after one was replaced)."""
+        """Rank 0: open the weight-transfer group with the rollout workers' engines (again,
+        with a new group, after one was replaced)."""
         from agenthub.trainer._weight_sync import open_sender, transfer_backend
 
         previous = getattr(self, "sender", None)
@@ -354,10 +391,17 @@ class LearnerWorker:
         )
 
     def send_weights(self, version: int) -> float:
-        """Broadcast the policy to every engine as `version`; returns the seconds it took."""
+        """Broadcast the policy to every engine as `version` from rank 0; the other ranks
+        take part in gathering it under ZeRO-3. Returns the seconds it took."""
+        from agenthub.trainer._weight_sync import LearnerSource
+
         started = time.perf_counter()
-        self.client.version = version
-        self.sender.send_weights()
+        if self.rank == 0:
+            self.client.version = version
+            self.sender.send_weights()
+        elif self.learner.config.zero_stage == 3:
+            for _ in LearnerSource(self.learner.engine.module, zero3=True):
+                pass
         return time.perf_counter() - started
 
     def save_checkpoint(self, directory: str, tag: str) -> None:

@@ -1,0 +1,138 @@
+"""The learner's ranks as Ray actors: placed together, joined into one data-parallel group,
+and called as one."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from agenthub._errors import AgentHubError
+from agenthub.trainer._config import TrainConfig
+
+__all__ = ["LearnerGroup"]
+
+PLACEMENT_TIMEOUT_S = 120.0
+"""How long the learner's ranks may wait for room in the cluster before the run gives up."""
+
+
+class LearnerGroup:
+    """`ray.learner_ranks` learner actors (`LearnerWorker`, or `learner` with the same methods)
+    in one placement group, one bundle of a CPU (and `ray.learner_num_gpus` GPUs) per rank.
+
+    `start()` joins the ranks into one DeepSpeed data-parallel group (gloo on CPU, NCCL on
+    GPUs), rank 0's node address taken from Ray. Every call then goes to every rank, as
+    DeepSpeed's collectives need; rank 0's answer is the group's. The weight sync is rank 0's:
+    it alone joins the engines' transfer group."""
+
+    def __init__(self, cfg: TrainConfig, model_path: Path, learner: type | None = None) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from agenthub.trainer._workers import LearnerWorker
+
+        self.ranks = ranks = cfg.ray.learner_ranks
+        gpus = cfg.ray.learner_num_gpus
+        bundle = {"CPU": 1.0} | ({"GPU": gpus} if gpus else {})
+        _check_fits(ranks, bundle)
+        self.placement = placement_group([bundle] * ranks, strategy="PACK")
+        config = cfg.model_dump(mode="json")
+        extra: list[tuple[Any, ...]] = [()] if ranks == 1 else [(r, ranks) for r in range(ranks)]
+        self.actors: list[Any] = [
+            ray.remote(learner or LearnerWorker)
+            .options(
+                num_cpus=1,
+                num_gpus=cfg.ray.learner_num_gpus,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement, placement_group_bundle_index=r
+                ),
+            )
+            .remote(config, str(model_path), *args)
+            for r, args in enumerate(extra)
+        ]
+        self.first = self.actors[0]
+
+    async def start(self) -> None:
+        """Wait for the ranks' places, then join them into one group (each rank's learner
+        starts as it joins; a learner of one rank started with its actor)."""
+        try:
+            await asyncio.wait_for(self.placement.ready(), PLACEMENT_TIMEOUT_S)
+        except TimeoutError:
+            raise AgentHubError(
+                f"the learner's {self.ranks} ranks found no room in the Ray cluster within "
+                f"{PLACEMENT_TIMEOUT_S:g} s ({_resources()}); lower ray.learner_ranks, "
+                "ray.learner_num_gpus or ray.rollout_workers, or add nodes"
+            ) from None
+        if self.ranks > 1:
+            host, port = await self.first.rendezvous.remote()
+            await self._all("join", host, port)
+
+    async def _all(self, method: str, *args: Any) -> Any:
+        """`method(*args)` on every rank at once; rank 0's result."""
+        results = await asyncio.gather(*(getattr(a, method).remote(*args) for a in self.actors))
+        return results[0]
+
+    async def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> bool:
+        """Join rank 0 to the engines' weight transfer; whether the learner trains in bf16."""
+        await self.first.open_weight_sync.remote(workers, ranks)
+        return bool(await self.first.uses_bf16.remote())
+
+    async def step(self, batch: Any) -> dict[str, float]:
+        """One learner step on `batch` (put into the object store once for all ranks)."""
+        import ray
+
+        ref = ray.put(batch)
+        learned: dict[str, float] = await self._all("step", ref)
+        return learned
+
+    async def send_weights(self, version: int) -> float:
+        return float(await self._all("send_weights", version))
+
+    async def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = await self._all("state_dict")
+        return state
+
+    async def save_checkpoint(self, directory: Path, tag: str) -> None:
+        await self._all("save_checkpoint", str(directory), tag)
+
+    async def save_model(self, directory: Path, about: dict[str, Any]) -> None:
+        await self._all("save_model", str(directory), about)
+
+    async def load_checkpoint(self, directory: Path, tag: str) -> int:
+        return int(await self._all("load_checkpoint", str(directory), tag))
+
+    def kill(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for actor in self.actors:
+            ray.kill(actor)
+        remove_placement_group(self.placement)
+
+
+def _resources() -> str:
+    import ray
+
+    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    free = ray.available_resources()  # type: ignore[no-untyped-call]
+    return ", ".join(
+        f"{free.get(k, 0.0):g} of {total.get(k, 0.0):g} {k}s free" for k in ("CPU", "GPU")
+    )
+
+
+def _check_fits(ranks: int, bundle: dict[str, float]) -> None:
+    """Refuse ranks the whole cluster could never hold: Ray would wait for them for ever."""
+    import ray
+
+    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    for kind, each in bundle.items():
+        have = float(total.get(kind, 0.0))
+        if ranks * each > have:
+            most = int(have // each)
+            raise AgentHubError(
+                f"ray.learner_ranks={ranks} needs {ranks * each:g} {kind}s ({each:g} per rank) "
+                f"and the Ray cluster has {have:g}; set ray.learner_ranks to at most {most}"
+                + (" or lower ray.learner_num_gpus" if kind == "GPU" else "")
+                + ", or add nodes"
+            )
