@@ -28,9 +28,18 @@ MODEL = "model"  # the policy as a Hugging Face model, written with each checkpo
 SAMPLES = "trajectories.jsonl"  # trajectories of each step, `run.save_trajectories` of them
 PROCESSES = "logs/processes.json"  # the learner's and rollout workers' process ids
 
-_CHECKPOINT_BOUND = ("model", "learner.zero_stage", "learner.bf16", "ray.rollout_workers")
+_CHECKPOINT_BOUND = (
+    "model",
+    "learner.zero_stage",
+    "learner.bf16",
+    "ray.rollout_workers",
+    "ray.learner_ranks",
+)
 """Settings a checkpoint is written for: DeepSpeed loads its states only into the same model,
-ZeRO stage and precision, and each rollout worker keeps its own place in the tasks."""
+ZeRO stage, precision and number of ranks, and each rollout worker keeps its own place in the
+tasks."""
+_BEFORE_THE_SETTING = {"ray.learner_ranks": 1}
+"""What a run that predates a setting had: its config does not name it."""
 
 
 class CheckpointState(BaseModel):
@@ -230,12 +239,12 @@ def check_resumable(
     the learner has started, in checkpoints that record it."""
     new = config.model_dump(mode="json")
     bound = [k for k in _CHECKPOINT_BOUND if not (k == "learner.bf16" and state.bf16 is not None)]
-    changed = [key for key in bound if _dotted(saved, key) != _dotted(new, key)]
+    changed = [key for key in bound if _saved(saved, key) != _dotted(new, key)]
     estimator = _dotted(saved, "algorithm.estimator")
     if (estimator == "gae") != (config.algorithm.estimator == "gae"):  # a critic, or none
         changed.append("algorithm.estimator")
     if changed:
-        was = ", ".join(f"{key}={json.dumps(_dotted(saved, key))}" for key in changed)
+        was = ", ".join(f"{key}={json.dumps(_saved(saved, key))}" for key in changed)
         raise AgentHubError(
             f"--resume: the checkpoints in {run} were written with {was}, which they need to "
             "load; resume with the same (drop the change), or start a new run with another --out"
@@ -255,6 +264,11 @@ def disk_full(path: Path, below: int = 256 << 20) -> str | None:
         f"the disk holding {path} is full ({free >> 20} MB free); free space there and resume "
         f"with agenthub train --out {path} --resume"
     )
+
+
+def _saved(tree: dict[str, Any], key: str) -> Any:
+    value = _dotted(tree, key)
+    return _BEFORE_THE_SETTING.get(key) if value is None else value
 
 
 def _dotted(tree: dict[str, Any], key: str) -> Any:

@@ -883,12 +883,27 @@ def _files(run: RunDirectory) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
 
 
+def test_a_checkpoint_from_before_learner_ranks_resumes_on_one_rank(tmp_path: Path) -> None:
+    from agenthub.trainer._rundir import check_resumable
+
+    run = _checkpointed_run(tmp_path / "run")
+    saved = json.loads((run.path / "config.json").read_text())
+    del saved["ray"]["learner_ranks"]  # written before the setting existed
+    state = run.state()
+    assert state is not None
+    check_resumable(run.path, saved, state, load_config([], ["env=math"]))
+    two = load_config([], ["env=math", "ray.learner_ranks=2"])
+    with pytest.raises(AgentHubError, match="ray.learner_ranks=1"):
+        check_resumable(run.path, saved, state, two)
+
+
 @pytest.mark.parametrize(
     ("change", "said"),
     [
         (["learner.bf16=true"], "written with learner.bf16=null"),
         (["learner.zero_stage=3", "--model", "/m"], 'model="default", learner.zero_stage=2'),
         (["ray.rollout_workers=2"], "ray.rollout_workers=1"),
+        (["ray.learner_ranks=2"], "ray.learner_ranks=1"),
         (["algorithm.estimator=gae"], 'algorithm.estimator="group_norm"'),
     ],
 )
