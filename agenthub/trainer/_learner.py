@@ -252,17 +252,7 @@ class Learner:
         mask = chunk.loss_mask
         new = self._logprobs(self.engine, chunk)
         old = new.detach() if old is None else old
-        advantages = chunk.advantages
-        kl: torch.Tensor | None = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref = self._logprobs(self.reference, chunk)
-            kl = kl_divergence(new, ref, mask, cfg.kl_estimator)
-            if cfg.kl_mode == "reward":
-                # A per-token penalty on the reward: it lowers the advantage of every token by
-                # its own KL estimate, outside the gradient.
-                per_seq = advantages[:, None] if advantages.dim() == 1 else advantages
-                advantages = per_seq - self.kl.value * kl.detach()
+        kl, advantages = self._reference_kl(chunk, new)
         iw = importance_weights(
             old,
             chunk.rollout_logprobs,
@@ -297,6 +287,24 @@ class Learner:
         self.engine.backward(loss * (scale * self.world_size))
         metrics["loss"] = loss.item()
         return metrics
+
+    def _reference_kl(
+        self, chunk: TrainBatch, new: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The per-token KL to the reference policy (None without one) and the advantages to
+        train on: with `kl_mode="reward"`, each token's lowered by its own KL estimate, outside
+        the gradient."""
+        advantages = chunk.advantages
+        if self.reference is None:
+            return None, advantages
+        cfg = self.config
+        with torch.no_grad():
+            ref = self._logprobs(self.reference, chunk)
+        kl = kl_divergence(new, ref, chunk.loss_mask, cfg.kl_estimator)
+        if cfg.kl_mode == "reward":
+            per_seq = advantages[:, None] if advantages.dim() == 1 else advantages
+            advantages = per_seq - self.kl.value * kl.detach()
+        return kl, advantages
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights on CPU, gathered from all ranks under ZeRO-3."""

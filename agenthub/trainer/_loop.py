@@ -44,7 +44,7 @@ from agenthub.trainer._next_batch import NextBatch
 from agenthub.trainer._preflight import check_env
 from agenthub.trainer._publisher import WeightPublisher
 from agenthub.trainer._recovery import LearnerLost, Recovery
-from agenthub.trainer._rundir import SAMPLES, CheckpointState, RunDirectory, disk_full
+from agenthub.trainer._rundir import CheckpointState, RunDirectory, disk_full
 
 if TYPE_CHECKING:
     from agenthub.agents.default_model import BuildProgress
@@ -347,7 +347,7 @@ class Trainer:
             )
             p.metrics.log(record.to_json())
             at.logged = at.step
-            self._save_samples(batch)
+            self.dir.save_samples(batch.groups, cfg.run.save_trajectories)
             await self._after_step(p, record, sync)
             p.cluster.check_workers()  # a dead worker is replaced now, not when groups run out
 
@@ -401,14 +401,6 @@ class Trainer:
         if self.control.failure is not None:
             raise self.control.failure
         return self._summary(step, elapsed)
-
-    def _save_samples(self, batch: Batch) -> None:
-        n = self.config.run.save_trajectories
-        if not n:
-            return
-        with (self.dir.path / SAMPLES).open("a", encoding="utf-8") as sink:
-            for t in [t for group in batch.groups for t in group][:n]:
-                sink.write(t.model_dump_json() + "\n")
 
     def _summary(self, step: int, elapsed_s: float) -> RunSummary:
         reason = self.control.reason or StopReason("stopped", "stopped")

@@ -7,7 +7,7 @@ import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -17,6 +17,9 @@ from agenthub.agents._run_dir import write_atomic
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._metrics import read_metrics
+
+if TYPE_CHECKING:
+    from agenthub.agents import Trajectory
 
 __all__ = ["CheckpointState", "RunDirectory", "disk_full"]
 
@@ -72,6 +75,14 @@ class RunDirectory:
         self.metrics = path / METRICS
         self.model = path / MODEL
         self.processes = path / PROCESSES
+
+    def save_samples(self, groups: list[list[Trajectory]], n: int) -> None:
+        """Append the first `n` trajectories of a step's `groups` to `trajectories.jsonl`."""
+        if not n:
+            return
+        with (self.path / SAMPLES).open("a", encoding="utf-8") as sink:
+            for t in [t for group in groups for t in group][:n]:
+                sink.write(t.model_dump_json() + "\n")
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
