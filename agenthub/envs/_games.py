@@ -4,6 +4,7 @@ with its task's seed."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterator
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -55,8 +56,9 @@ class SeededGameEnv(Env[list[Message]], Generic[G]):
         self._game: G = self._new_game()
         self._turns: int | None = None  # None: no episode under way
 
+    @abc.abstractmethod
     def _new_game(self) -> G:
-        raise NotImplementedError
+        """A game of this env's id and arguments, not started."""
 
     def tasks(self, split: str = "train") -> Iterator[Task]:
         seeds = game_seeds(split, seed=self._seed, num_tasks=self._num_tasks, env=self.package)
