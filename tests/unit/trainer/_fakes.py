@@ -221,3 +221,17 @@ def _write(path: Path, text: str) -> None:
 
 def _read(path: Path) -> str:
     return path.read_text()
+
+
+class SlowLearner(FakeCluster):
+    """A learner step that yields to the event loop while it trains (`learning` meanwhile),
+    as a remote learner call does: the driver's work can run during it."""
+
+    learning = False
+
+    async def learn(self, batch: TrainBatch) -> dict[str, float]:
+        self.learning = True
+        for _ in range(20):
+            await asyncio.sleep(0)
+        self.learning = False
+        return await super().learn(batch)

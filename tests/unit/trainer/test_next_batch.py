@@ -15,14 +15,13 @@ pytest.importorskip("torch", reason="the trainer needs the train extra")
 from agenthub.agents import Trajectory
 from agenthub.trainer import Trainer
 from agenthub.trainer._assembly import BatchAssembler
-from agenthub.trainer._batch import TrainBatch
 from agenthub.trainer._config import TrainConfig, load_config
 from agenthub.trainer._control import FaultCounts, RunControl
 from agenthub.trainer._metrics import read_metrics
 from agenthub.trainer._next_batch import NextBatch
 from agenthub.trainer._workers import Admission
 
-from ._fakes import FakeCluster, ProcessDied, trajectory
+from ._fakes import FakeCluster, ProcessDied, SlowLearner, trajectory
 
 SMALL = [
     "env=math",
@@ -41,7 +40,7 @@ def _group(task: int, version: int) -> list[Trajectory]:
     ]
 
 
-class _GatedWorker(FakeCluster):
+class _GatedWorker(SlowLearner):
     """One rollout worker admitted through the real `Admission` gate: it starts a group of a
     task of its own for every place the gate opens and finishes one of them at each take off
     the queue. The queue hands groups out as Ray's does, off the queue before they are
@@ -55,7 +54,6 @@ class _GatedWorker(FakeCluster):
         self.gate = Admission(algo.batch_groups, algo.max_staleness, version)
         self.dies_at = dies_at
         self.life = 0
-        self.learning = False
         self.playing: list[list[Trajectory]] = []
         self.queued: list[list[Trajectory]] = []
         self.landed: list[str] = []
@@ -96,13 +94,6 @@ class _GatedWorker(FakeCluster):
     async def give_back(self, groups: int) -> None:
         await super().give_back(groups)
         await self.gate.discard(groups)
-
-    async def learn(self, batch: TrainBatch) -> dict[str, float]:
-        self.learning = True
-        for _ in range(20):
-            await asyncio.sleep(0)
-        self.learning = False
-        return await super().learn(batch)
 
     async def publish(self, version: int) -> float:
         await self.gate.set_version(version)

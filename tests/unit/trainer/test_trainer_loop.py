@@ -19,11 +19,10 @@ from agenthub.trainer._config import TrainConfig, load_config
 from agenthub.trainer._control import FaultCounts
 from agenthub.trainer._metrics import read_metrics
 
-from ._fakes import FakeCluster, Kills, ProcessDied, trajectory
+from ._fakes import FakeCluster, Kills, ProcessDied, SlowLearner, trajectory
 
 if TYPE_CHECKING:
     from agenthub.agents import Trajectory
-    from agenthub.trainer._batch import TrainBatch
 
 SMALL = [
     "env=math",
@@ -137,19 +136,10 @@ def test_failed_groups_stop_the_run_with_their_error_once_checkpointed(tmp_path:
     assert trainer.control.reason is not None and trainer.control.reason.kind == "failed_groups"
 
 
-class _SlowLearner(FakeCluster):
-    """A learner step that yields to the event loop while it trains, counting the groups the
-    driver takes off the queue meanwhile."""
+class _SlowLearner(SlowLearner):
+    """Counts the groups the driver takes off the queue while the learner trains."""
 
-    learning = False
     taken_while_learning = 0
-
-    async def learn(self, batch: TrainBatch) -> dict[str, float]:
-        self.learning = True
-        for _ in range(20):
-            await asyncio.sleep(0)
-        self.learning = False
-        return await super().learn(batch)
 
     async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
         got = await super().take_groups(most, timeout_s)
@@ -275,7 +265,6 @@ async def _admission_after_a_death() -> tuple[tuple[int, int | None], dict[str, 
 
 
 def test_a_dead_workers_groups_in_flight_give_their_places_back() -> None:
-    import asyncio
 
     forgotten, stats, in_flight = asyncio.run(_admission_after_a_death())
     assert forgotten == (2, 3), "two groups lost; the replacement goes on after task 3"
