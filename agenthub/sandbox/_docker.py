@@ -92,8 +92,7 @@ class DockerSandbox(Sandbox):
         self._client: Any = None
         self._generation = 0
         self._idle: list[Channel] = []
-        self._live: dict[str, tuple[int, Any]] = {}
-        self._live_lock = threading.Lock()
+        self._live = _LiveContainers()
         self._slots: anyio.Semaphore | None = None
         self._start_lock: anyio.Lock | None = None
         self._retry_at = 0.0
@@ -147,12 +146,9 @@ class DockerSandbox(Sandbox):
         try:
             check_image(client, self.image)
             remove_leftovers(client)
-            with self._live_lock:
-                lost = [cid for cid, (gen, _) in self._live.items() if gen != self._generation]
-            for cid in lost:  # containers of a lost connection, if the engine kept them
-                remove_by_id(client, cid)
-                with self._live_lock:
-                    self._live.pop(cid, None)
+            for container in self._live.made_before(self._generation):
+                remove_by_id(client, container.id)  # of a lost connection, if the engine kept it
+                self._live.drop(container.id)
         except (docker.errors.DockerException, OSError) as exc:
             client.close()
             raise SandboxEngineError(f"the Docker engine failed while connecting: {exc}") from exc
@@ -204,8 +200,7 @@ class DockerSandbox(Sandbox):
                 self.image, ["python3", "-I", "-S", "-c", _RUNNER], limits, self._owner
             )
         )
-        with self._live_lock:
-            self._live[container.id] = (generation, container)
+        self._live.add(generation, container)
         # Attached before it starts, so no moment of its life runs without an owner's socket.
         channel = Channel(container, client.api, generation)
         try:
@@ -220,8 +215,7 @@ class DockerSandbox(Sandbox):
     def _remove(self, channel: Channel) -> None:
         channel.close()  # first: the supervisor exits on it even if the engine is slow
         force_remove(channel.container)
-        with self._live_lock:
-            self._live.pop(channel.id, None)
+        self._live.drop(channel.id)
 
     async def run(
         self,
@@ -349,21 +343,44 @@ class DockerSandbox(Sandbox):
 
         self._closed = True
         client = self._client
-        with self._live_lock:
-            containers = [c for _, c in self._live.values()]
-        for container in containers:
+        for container in self._live.made_before(None):
             try:
                 if client is None:
                     break  # the engine is lost: its containers went with it, or end alone
                 remove_by_id(client, container.id)
             except (docker.errors.DockerException, OSError):
                 continue  # at exit, with the engine gone: the next start removes them
-            with self._live_lock:
-                self._live.pop(container.id, None)
+            self._live.drop(container.id)
         if client is not None:
             client.close()
 
     def live_containers(self) -> int:
         """How many containers this sandbox has running now (for tests and monitoring)."""
-        with self._live_lock:
-            return len(self._live)
+        return len(self._live)
+
+
+class _LiveContainers:
+    """The containers a sandbox made and has not removed yet, each with the connection
+    (generation) it was made on; used from the event loop, the threads that make and remove
+    containers, and the exit hook."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: dict[str, tuple[int, Any]] = {}
+
+    def add(self, generation: int, container: Any) -> None:
+        with self._lock:
+            self._made[container.id] = (generation, container)
+
+    def drop(self, container_id: str) -> None:
+        with self._lock:
+            self._made.pop(container_id, None)
+
+    def made_before(self, generation: int | None) -> list[Any]:
+        """The containers of connections before `generation` (None: every one)."""
+        with self._lock:
+            return [c for gen, c in self._made.values() if generation is None or gen < generation]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._made)
