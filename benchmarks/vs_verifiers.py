@@ -37,9 +37,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import venv
 from collections.abc import Iterator
 from pathlib import Path
+
+from agenthub.testing._venvs import overlay_venv
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_ID = "vf_guess_color"
@@ -67,15 +68,7 @@ def verifiers_python() -> Path:
     if python.exists():
         return python
     print(f"making a venv with {pin} in {where} (once)", flush=True)
-    venv.EnvBuilder(with_pip=True).create(where)
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = [p for p in sys.path if p.endswith("site-packages")]
-    (Path(site) / "agenthub-project.pth").write_text("\n".join(ours) + "\n")
+    overlay_venv(where)
     subprocess.run([str(python), "-m", "pip", "install", "-qq", pin], check=True)
     return python
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import venv
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from agenthub.testing._venvs import overlay_venv
 
 from ...conftest import REPO
 
@@ -37,16 +38,7 @@ def hub_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     def make(extra: str) -> Path:
         if extra not in made:
             where = tmp_path_factory.mktemp(f"venv-{extra}")
-            venv.EnvBuilder(with_pip=True).create(where)
-            python = where / "bin" / "python"
-            site = subprocess.run(
-                [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-            ours = [p for p in sys.path if p.endswith("site-packages")]
-            (Path(site) / "agenthub-project.pth").write_text("\n".join(ours) + "\n")
+            python = overlay_venv(where)
             install = [str(python), "-m", "pip", "install", "-qq", *extra_requirements(extra)]
             result = subprocess.run(install, capture_output=True, text=True, timeout=900)
             assert result.returncode == 0, f"{' '.join(install)}:\n{result.stderr[-4000:]}"
