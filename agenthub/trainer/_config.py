@@ -72,6 +72,11 @@ class RolloutSettings(ConfigSection):
     remote judge's retries: 4 attempts of up to 60 s each by default)."""
     generate_timeout_s: float = Field(300.0, gt=0)
     """A generation slower than this ends the episode as `generation_timeout`."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs each rollout worker's vLLM engine is split over (tensor parallel), all on one
+    node; the worker then holds that many (`ray.worker_num_gpus`, set to it when not given).
+    GPUs only: a run asking for more than 1 on a machine without GPUs, or more than the most
+    GPUs a node of the Ray cluster has, is refused at its start."""
 
 
 class AlgorithmConfig(ConfigSection):
@@ -177,7 +182,9 @@ class RayConfig(ConfigSection):
     """Rollout workers, each with its own inference engine."""
     worker_num_gpus: float = Field(0.0, ge=0)
     """GPUs reserved for each rollout worker's engine. When this and `learner_num_gpus` are
-    whole GPUs (1 or more), weights sync over NCCL; otherwise over gloo."""
+    whole GPUs (1 or more), weights sync over NCCL; otherwise over gloo. An engine split over
+    GPUs (`rollout.tensor_parallel_size` above 1) holds exactly that many, and this is set
+    to it when not given."""
     learner_num_gpus: float = Field(0.0, ge=0)
     """GPUs reserved for each learner rank."""
     learner_ranks: int = Field(1, ge=1)
@@ -258,6 +265,25 @@ class TrainConfig(ConfigSection):
                 "the other samples of its task, and with rollout.n_samples_per_prompt=1 there "
                 f"are none (every advantage would be 0); {fix}, or use "
                 "algorithm.estimator=reinforce or gae"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _gpus_per_engine(self) -> TrainConfig:
+        # The engine's ranks are processes of the worker's actor, one per GPU Ray gave it.
+        split = self.rollout.tensor_parallel_size
+        if split == 1:
+            return self
+        if "worker_num_gpus" not in self.ray.model_fields_set:
+            ray = self.ray.model_copy(update={"worker_num_gpus": float(split)})
+            ray.model_fields_set.add("worker_num_gpus")
+            object.__setattr__(self, "ray", ray)
+        elif self.ray.worker_num_gpus != split:
+            raise ValueError(
+                f"rollout.tensor_parallel_size={split} with ray.worker_num_gpus="
+                f"{self.ray.worker_num_gpus:g}: each of an engine's {split} ranks runs on a GPU "
+                f"of its rollout worker's own, so a worker holds exactly {split}; set "
+                f"ray.worker_num_gpus={split}, or leave it out"
             )
         return self
 

@@ -41,7 +41,7 @@ from agenthub.trainer._metrics import (
     read_metrics,
 )
 from agenthub.trainer._next_batch import NextBatch
-from agenthub.trainer._preflight import check_env
+from agenthub.trainer._preflight import check_engine_gpus, check_env, ray_node_gpus
 from agenthub.trainer._publisher import WeightPublisher
 from agenthub.trainer._recovery import LearnerLost, Recovery
 from agenthub.trainer._rundir import CheckpointState, RunDirectory, disk_full
@@ -180,6 +180,7 @@ class Trainer:
 
     async def _main(self) -> RunSummary:
         cfg = self.config
+        check_engine_gpus(cfg)
         await check_env(cfg)
         state = self.dir.prepare(cfg, resume=self.resume, log=self.log)
         if state is not None:  # its evaluations so far, for the summary
@@ -240,6 +241,7 @@ class Trainer:
         model_path = resolve_model(self.config.model, needed=True, progress=self.build_progress)
         assert model_path is not None
         start_ray(self.config, library_log(self.dir.path))
+        check_engine_gpus(self.config, ray_node_gpus())
         processes = self.dir.processes
         return lambda cfg, version, drawn: RayCluster(
             cfg, model_path, version, drawn, processes=processes

@@ -27,6 +27,7 @@ OLD_NAMES: dict[str, str] = {
     "rollout_batch_size": "rollout.batch_size",
     "micro_rollout_batch_size": "rollout.micro_batch_size",
     "vllm_generate_batch_size": "rollout.vllm_generate_batch_size",
+    "vllm_tensor_parallel_size": "vllm.tensor_parallel_size",
     "rollout_max_tokens_per_gpu": "rollout.max_tokens_per_gpu",
     "max_len": "data.max_len",
     "train_batch_size": "train.batch_size",

@@ -336,6 +336,9 @@ def _rollout(read: _Reader, out: Translation) -> None:
     if longest is not None:
         _set(out, "rollout.max_tokens", longest)
     _set(out, "rollout.chat_template", read.flag("data.apply_chat_template"))
+    split = read.integer("vllm.tensor_parallel_size")
+    if split is not None:
+        _set(out, "rollout.tensor_parallel_size", split)  # GPUs each engine is split over
 
 
 def _reward(read: _Reader, out: Translation) -> None:

@@ -1,17 +1,18 @@
 """What a run checks before it starts anything: that its env builds and gives the tasks it will
-read, in the driver, where a mistake fails in a second with its own message."""
+read, and that its engines fit the GPUs there are, in the driver, where a mistake fails in a
+second with its own message."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from agenthub._errors import AgentHubError
 from agenthub.trainer._config import TrainConfig
 
-__all__ = ["check_env", "stdout_to_stderr"]
+__all__ = ["check_engine_gpus", "check_env", "ray_node_gpus", "stdout_to_stderr"]
 
 
 async def check_env(cfg: TrainConfig) -> None:
@@ -50,6 +51,54 @@ async def check_env(cfg: TrainConfig) -> None:
                     raise AgentHubError(message) from exc
         finally:
             await env.aclose()
+
+
+def check_engine_gpus(cfg: TrainConfig, node_gpus: Sequence[float] | None = None) -> None:
+    """Refuse a rollout engine split over more GPUs (`rollout.tensor_parallel_size`) than one
+    node has: the engine's ranks are processes of one rollout worker. `node_gpus` are the GPUs
+    of each node of the Ray cluster the run joined (`ray_node_gpus`); None, before Ray starts,
+    this machine's, unless the run will join a cluster (`ray.address`), whose nodes are known
+    only once it has."""
+    split = cfg.rollout.tensor_parallel_size
+    if split == 1:
+        return
+    where = "the Ray cluster"
+    if node_gpus is None:
+        if cfg.ray.address is not None:
+            return
+        node_gpus, where = [_local_gpus()], "this machine"
+    most = int(max(node_gpus, default=0.0))
+    asked = (
+        f"rollout.tensor_parallel_size={split} splits each rollout worker's vLLM engine over "
+        f"{split} GPUs of one node"
+    )
+    if most == 0:
+        raise AgentHubError(
+            f"{asked}, and {where} has no GPU (vLLM's CPU build runs an engine as one process): "
+            "set rollout.tensor_parallel_size=1, or train on GPUs (a machine with them, or a "
+            "Ray cluster of GPU nodes joined with --ray-address)"
+        )
+    if split > most:
+        raise AgentHubError(
+            f"{asked}, and {where} has at most {most} on a node: set "
+            f"rollout.tensor_parallel_size to at most {most}, or train where a node has {split}"
+        )
+
+
+def _local_gpus() -> int:
+    """The GPUs torch sees here, which Ray started on this machine sees too (none where torch
+    is vLLM's CPU build)."""
+    import torch
+
+    return int(torch.cuda.device_count())
+
+
+def ray_node_gpus() -> list[float]:
+    """The GPUs of each live node of the Ray cluster this process joined."""
+    import ray
+
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    return [float(n["Resources"].get("GPU", 0.0)) for n in nodes if n["Alive"]]
 
 
 @contextlib.contextmanager

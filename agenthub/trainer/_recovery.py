@@ -1,6 +1,7 @@
 """Recovery from a lost process: a rollout worker that died is replaced in the running
-session; a learner that died ends the session, and the driver starts a new one from the last
-checkpoint (`LearnerLost`). Both are counted and bounded by `Faults`."""
+session; a learner that died (any one of its ranks: the others wait on it in every collective)
+ends the session, and the driver starts a new one, every rank new, from the last checkpoint
+(`LearnerLost`). Both are counted and bounded by `Faults`."""
 
 from __future__ import annotations
 

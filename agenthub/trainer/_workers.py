@@ -208,6 +208,7 @@ class RolloutWorker:
         self.engine = VLLMEngine(
             self.model_path,
             weight_transfer=transfer_backend(cfg.ray),
+            tensor_parallel_size=cfg.rollout.tensor_parallel_size,
             seed=cfg.run.seed + self.rank,
             max_num_seqs=max(cfg.rollout.concurrency, cfg.eval.tasks * cfg.eval.samples_per_task),
             output=os.environ.get(LIBRARY_LOG_ENV) or None,

@@ -1,9 +1,10 @@
-"""A `code_exec` training run on the embedded default model that meets a schedule of faults
-and still reaches its step count: its rollout worker SIGKILLed once a checkpoint exists (the
-way the OOM killer would), then the Docker engine under its sandboxes restarted, then its
-learner SIGKILLed. The run replaces the worker, its sandbox pool reconnects (the episodes that
-met the engine's gap end as `env_error`, never trained), and the learner restarts from the last
-checkpoint, all without a restart of the command; what the run leaves is whole: every step's
+"""A `code_exec` training run on the embedded default model, its learner two data-parallel
+ranks, that meets a schedule of faults and still reaches its step count: its rollout worker
+SIGKILLed once a checkpoint exists (the way the OOM killer would), then the Docker engine under
+its sandboxes restarted, then its learner's second rank SIGKILLed. The run replaces the
+worker, its sandbox pool reconnects (the episodes that met the engine's gap end as
+`env_error`, never trained), and the learner, both ranks, restarts from the last checkpoint,
+all without a restart of the command; what the run leaves is whole: every step's
 metrics once and in order, no sample trajectory twice, failed, or from a policy the restarted
 learner never had, and a checkpoint at the last step. Restarts the real Docker engine: run
 alone, with no other Docker user."""
@@ -25,7 +26,7 @@ from tests.integration.trainer.test_train_cli import _records, _start, _state, _
 
 pytestmark = [pytest.mark.integration]
 
-STEPS = 8
+STEPS = 10
 ARGS = [
     "--env", "code_exec", "--steps", str(STEPS), "env_kwargs.backend=docker",
     "rollout.n_samples_per_prompt=4", "rollout.concurrency=16", "rollout.max_turns=2",
@@ -34,6 +35,8 @@ ARGS = [
     # groups (run.max_skipped_groups) before its faults come would test nothing of them.
     "algorithm.batch_groups=2", "algorithm.max_staleness=1", "algorithm.filter_groups=false",
     "eval.every=0", "run.checkpoint_every=2", "run.save_trajectories=2", "run.wandb=disabled",
+    # Two ranks, each learning a micro-batch of every step's 8 sequences.
+    "ray.learner_ranks=2", "learner.micro_batch_size=4",
 ]  # fmt: skip
 
 
@@ -44,17 +47,21 @@ def _wait(run: subprocess.Popen[str], log: Path, what: str, ready: Callable[[], 
     assert ready(), f"waiting for {what}:\n{log.read_text()[-4000:]}"
 
 
-def _kill(out: Path, role: str) -> int:
-    """SIGKILL the run's `role` process ("learner", or "rollout_workers" for the first
-    worker), as the run's logs/processes.json names it."""
-    processes = json.loads((out / "logs" / "processes.json").read_text())
-    pid = processes[role] if role == "learner" else processes[role][0]
+def _processes(out: Path) -> dict[str, list[int]]:
+    """The run's process ids by role ("learner_ranks", "rollout_workers"), in rank order."""
+    processes: dict[str, list[int]] = json.loads((out / "logs" / "processes.json").read_text())
+    return processes
+
+
+def _kill(out: Path, role: str, rank: int) -> int:
+    """SIGKILL rank `rank` of the run's `role`, as the run's logs/processes.json names it."""
+    pid = _processes(out)[role][rank]
     os.kill(pid, signal.SIGKILL)
-    return int(pid)
+    return pid
 
 
 @pytest.mark.timeout(1200)
-def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path) -> None:
+def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(tmp_path: Path) -> None:
     out, log = tmp_path / "run", tmp_path / "run.log"
     run = _start(out, log, *ARGS)
     injected: list[tuple[str, int]] = []
@@ -63,7 +70,7 @@ def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path
             _wait(
                 run, log, "the first checkpoint", lambda: (out / "checkpoints/state.json").exists()
             )
-            injected.append(("rollout worker", _kill(out, "rollout_workers")))
+            injected.append(("rollout worker", _kill(out, "rollout_workers", 0)))
             at = len(_trained_steps(out))
             _wait(run, log, "the worker's replacement", lambda: "replaced" in log.read_text())
             _wait(run, log, "a step after it", lambda: len(_trained_steps(out)) > at)
@@ -73,7 +80,8 @@ def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path
             at = len(_trained_steps(out))
             _wait(run, log, "a step after the restart", lambda: len(_trained_steps(out)) > at)
             assert len(_trained_steps(out)) < STEPS, "the run must still be going"
-            injected.append(("learner", _kill(out, "learner")))
+            before = _processes(out)["learner_ranks"]
+            injected.append(("learner rank 1", _kill(out, "learner_ranks", 1)))
             run.wait(timeout=600)
     finally:
         if run.poll() is None:
@@ -90,6 +98,8 @@ def test_a_run_survives_losing_its_rollout_worker_and_its_learner(tmp_path: Path
     assert summary["faults"]["seen"] == summary["faults"]["survived"] == len(processes)
     assert "rollout worker 0 died" in output and "the learner died" in output
     assert "the learner restarts from step-" in output
+    after = _processes(out)["learner_ranks"]
+    assert len(after) == 2 and not set(after) & set(before), "both ranks restarted"
 
     steps = [r["step"] for r in _records(out) if "train/reward" in r]
     assert steps == list(range(1, STEPS + 1)), "every step's metrics once, in order"

@@ -114,6 +114,11 @@ def test_ppo_recipe_keeps_openrlhf_meanings(tmp_path: Path) -> None:
     unmapped = {u.flag.split()[0] for u in translate(split_command(PPO)).unmapped}
     assert {"--colocate_all_models", "--reward_pretrain", "--prompt_max_len"} <= unmapped
     assert "--vllm_num_engines" in unmapped and "--normalize_reward" in unmapped
+    # --vllm_tensor_parallel_size 2: each engine over 2 GPUs, which its rollout worker holds.
+    assert "--vllm_tensor_parallel_size" not in unmapped
+    assert (config.rollout.tensor_parallel_size, config.ray.worker_num_gpus) == (2, 2)
+    dotted = translate(split_command("--vllm.tensor_parallel_size 4")).settings["rollout"]
+    assert dotted["tensor_parallel_size"] == 4
 
 
 def test_grpo_recipe_keeps_kl_loss_and_std_switch(tmp_path: Path) -> None:
