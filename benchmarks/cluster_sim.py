@@ -10,8 +10,10 @@ control plane) drives simulated engines and a simulated learner that only sleep
   sigma 1.0: the slowest 1% take over 12 s), a 512-token prompt and 64-token observations;
 - a group is 8 episodes of a task, a learner step 8 groups (64 trajectories, 110,592 tokens)
   at 96 us per token (10.6 s);
-- a weight sync moves 14e9 bytes (7B parameters in bf16) at 0.1 ns per byte (1.4 s), after
-  every engine has let its in-flight generations finish, as vLLM's engines do.
+- a weight sync moves 14e9 bytes (7B parameters in bf16) at 0.1 ns per byte (1.4 s); the
+  engines pause their generations in flight for it and recompute their KV on the new weights
+  at 32,000 prompt tokens/s before going on (`rollout.weight_update=keep`, the default), or
+  with `--weight-update drain` let them finish first.
 
 So one worker finishes 1.33 trajectories/s, the learner trains 5.3/s: 4 workers balance it.
 Every sleep lasts 1/40 of the model's time (`--time-scale`); the figures below are in model
@@ -19,8 +21,7 @@ seconds. The simulated parts burn no CPU, so what the run's processes use (this 
 and every actor's) is the orchestration's own: its CPU time over the measured steps is
 printed as cores busy. It is not subtracted: it runs beside the sleeps, and what of it
 delays the learner is already in the idle figure, 40 times heavier against the model's
-times than at full scale, so the figures err on the pessimistic side. `--no-drain` lets
-weight updates land while generations are in flight instead of waiting for them.
+times than at full scale, so the figures err on the pessimistic side.
 
 For each worker count, synchronous (`algorithm.max_staleness=0`) and asynchronous
 (`--staleness`, 4 by default: a group takes 2-4 learner steps to finish here, its slowest
@@ -31,7 +32,7 @@ capacity)`, and the async/sync speed-up. Targets: learner idle < 10% once rollou
 capacity exceeds the learner's by 20%; async >= 1.7x sync where they balance (2x is the
 limit); efficiency >= 0.9 at 16 workers. The last line is the efficiency at the balance.
 
-    python benchmarks/cluster_sim.py [--workers 1,2,4,8,16] [--steps 14] [--no-drain]
+    python benchmarks/cluster_sim.py [--workers 1,2,4,8,16] [--steps 14] [--weight-update drain]
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ class Point:
     workers: int
     staleness: int
     idle: float
-    drain: float
-    """Of `idle`: the learner waiting for the engines to drain before a weight sync."""
+    start: float
+    """Of `idle`: the learner waiting for every engine to start a weight sync (to pause its
+    generations in flight, or under `drain` to let them finish)."""
     batch_wait: float
     """Of `idle`: the learner, free, waiting for its next batch."""
     per_s: float
@@ -102,12 +104,19 @@ def _cpu_s() -> float:
 
 
 def run_point(
-    model: SimModel, model_path: Path, workers: int, staleness: int, steps: int, skip: int
+    model: SimModel,
+    model_path: Path,
+    workers: int,
+    staleness: int,
+    steps: int,
+    skip: int,
+    weight_update: str,
 ) -> Point:
     cfg = load_config(
         [],
         [
             "env=cluster-sim",
+            f"rollout.weight_update={weight_update}",
             f"ray.rollout_workers={workers}",
             f"algorithm.max_staleness={staleness}",
             f"algorithm.batch_groups={BATCH_GROUPS}",
@@ -147,7 +156,7 @@ def run_point(
         workers,
         staleness,
         idle=1 - busy / wall,
-        drain=window.overlap(made[0].learner_drained) / wall,
+        start=window.overlap(made[0].learner_starting) / wall,
         batch_wait=waited / wall,
         per_s=trained / wall * scale,
         ideal=ideal,
@@ -164,12 +173,15 @@ def main() -> None:
     parser.add_argument("--staleness", type=int, default=4, help="async max_staleness")
     parser.add_argument("--time-scale", type=float, default=1 / 40, help="sleep / model time")
     parser.add_argument(
-        "--no-drain", action="store_true", help="weight updates do not wait for generations"
+        "--weight-update",
+        choices=["keep", "drain"],
+        default="keep",
+        help="how weight syncs treat generations in flight (rollout.weight_update)",
     )
     args = parser.parse_args()
     import ray
 
-    model = replace(SimModel(), time_scale=args.time_scale, update_drains=not args.no_drain)
+    model = replace(SimModel(), time_scale=args.time_scale)
     counts = [int(w) for w in args.workers.split(",")]
     agenthub.register("cluster-sim", "agenthub.trainer._sim:SimTasks", override=True)
     os.environ.setdefault("RAY_worker_niceness", "0")
@@ -185,8 +197,8 @@ def main() -> None:
         f"{model.turns} turns x {model.reply_tokens} tokens, env lognormal mean "
         f"{model.env_mean_s:g} s sigma {model.env_sigma:g}, learner "
         f"{model.learner_s_per_token * 1e6:g} us/token, sync {model.param_bytes:.3g} B x "
-        f"{model.sync_s_per_byte * 1e9:g} ns/B, updates "
-        f"{'drain' if model.update_drains else 'in flight'}, time scale {model.time_scale:g}"
+        f"{model.sync_s_per_byte * 1e9:g} ns/B, updates {args.weight_update} (KV "
+        f"recomputed at {model.prefill_tokens_per_s:g} tok/s), time scale {model.time_scale:g}"
     )
     print(
         f"capacity: {model.rollout_capacity(1, CONCURRENCY):.2f} trajectories/s per worker, "
@@ -194,7 +206,7 @@ def main() -> None:
     )
     print(
         f"workers  rollout/learner  mode (max_staleness 0/{args.staleness})  learner idle  "
-        "(drain  batch)  traj/s  ideal  efficiency  stale groups  cores  async/sync"
+        "(start  batch)  traj/s  ideal  efficiency  stale groups  cores  async/sync"
     )
     balanced: tuple[float, float] | None = None
     with tempfile.TemporaryDirectory() as scratch:
@@ -204,14 +216,16 @@ def main() -> None:
             ratio = model.rollout_capacity(workers, CONCURRENCY) / learner_cap
             points = {}
             for staleness, mode in ((0, "sync"), (args.staleness, "async")):
-                p = run_point(model, model_path, workers, staleness, args.steps, args.skip)
+                p = run_point(
+                    model, model_path, workers, staleness, args.steps, args.skip, args.weight_update
+                )
                 points[mode] = p
                 speed = ""
                 if mode == "async":
                     speed = f"{p.per_s / points['sync'].per_s:.2f}x"
                 print(
                     f"{workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  "
-                    f"({p.drain:5.1%}  {p.batch_wait:5.1%})  {p.per_s:6.2f}  "
+                    f"({p.start:5.1%}  {p.batch_wait:5.1%})  {p.per_s:6.2f}  "
                     f"{p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
                     f"{p.cpu_cores:5.2f}  {speed}",
                     flush=True,

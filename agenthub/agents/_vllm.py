@@ -23,6 +23,7 @@ from typing import Any
 from agenthub._tracebacks import described
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import EngineError
+from agenthub.agents._update_gate import UpdateGate, WeightUpdate
 
 __all__ = ["VLLMEngine"]
 
@@ -331,6 +332,18 @@ class VLLMEngine(InferenceEngine):
     before its logging is set up, C++ messages, its traceback if it crashes), appended; None
     leaves it this process's stdout and stderr. A start that fails then raises `EngineError`
     naming that file, where the engine core's own account of the failure is.
+
+    `weight_update` is how a weight-transfer round (`start_weight_update` ..
+    `finish_weight_update`) treats the requests in flight. `keep` (the default) pauses them
+    where they are (vLLM's `pause_generation(mode="keep")`), loads the new weights, drops
+    every cached KV block (the requests in flight are recomputed by the new weights before
+    they go on) and resumes them, as PipelineRL and AReaL update in flight: the round waits
+    for no reply to finish, and a reply that spans it holds tokens of both versions, each
+    with the logprob it was sampled with. `drain` waits for the requests in flight to finish
+    on the old weights first, so each reply comes from one version, and the round takes as
+    long as the slowest of them. Either way requests that arrive meanwhile wait for the
+    round's end, and a `Generation`'s `policy_version` is the version that served its first
+    token: the oldest of its tokens, which is what staleness is bounded by.
     """
 
     def __init__(
@@ -347,6 +360,7 @@ class VLLMEngine(InferenceEngine):
         tensor_parallel_size: int = 1,
         own_process_group: bool = False,
         output: str | Path | None = None,
+        weight_update: WeightUpdate = "keep",
         **engine_kwargs: Any,
     ) -> None:
         _quiet_if_asked()
@@ -374,10 +388,10 @@ class VLLMEngine(InferenceEngine):
         self._llm, self._watchdog = _start(args, own_process_group, output)
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False
-        self._gate = asyncio.Condition()
-        self._in_flight = 0
-        self._syncing = False
+        self._updates = UpdateGate(self._llm, weight_update)
         self._incoming = 0  # the policy version of the weight-transfer round under way
+        self.spanning_generations = 0
+        """Generations that a weight-transfer round landed in the middle of (`keep`)."""
         self._broken: str | None = None  # why requests are refused after a failed round
         # An engine still open when the interpreter exits is shut down then, before anything
         # waits for its processes. vLLM shuts its engine core down from a finalizer, but
@@ -400,16 +414,9 @@ class VLLMEngine(InferenceEngine):
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
 
         self._check_open("generate")
-        async with self._gate:  # a weight sync in progress holds new requests back
-            await self._gate.wait_for(lambda: not self._syncing)
+        async with self._updates.request():  # a weight sync in progress holds it back
             self._check_open("generate")  # the sync may have failed part-way
-            self._in_flight += 1
-        try:
             return await self._generate(prompt_ids, sampling)
-        finally:
-            async with self._gate:
-                self._in_flight -= 1
-                self._gate.notify_all()
 
     async def _generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
         from agenthub.agents import _vllm_compat as compat
@@ -442,8 +449,12 @@ class VLLMEngine(InferenceEngine):
             if compat.is_engine_dead(exc):
                 raise EngineError(f"the vLLM engine died: {exc}") from exc
             raise
+        if self._broken is not None:  # a failed round aborted the request part-way
+            raise EngineError(self._broken)
         if final is None or not final.outputs:
             raise EngineError("vLLM finished the request without an output")
+        if self.policy_version != version:
+            self.spanning_generations += 1
         completion = final.outputs[0]
         ids = tuple(completion.token_ids)
         entries = completion.logprobs or []
@@ -466,17 +477,16 @@ class VLLMEngine(InferenceEngine):
 
         self._check_open("update_weights")
         self._check_version(version)
-        await self._hold_requests()
+        await self._updates.begin(drain=True)
         try:
             folder = await asyncio.to_thread(_write_weights, self.model, state_dict)
             try:
                 await compat.reload_weights(self._llm, folder)
-                await self._llm.reset_prefix_cache()  # cached KV was computed by old weights
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
             self.set_policy_version(version)
         finally:
-            await self._release_requests()
+            await self._updates.end()  # cached KV was computed by the old weights
 
     async def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
         """Join a trainer's weight-transfer group (vLLM's `init_weight_transfer_engine`,
@@ -488,12 +498,13 @@ class VLLMEngine(InferenceEngine):
         await compat.init_weight_transfer(self._llm, init_info)
 
     async def start_weight_update(self, version: int) -> None:
-        """Begin a weight-transfer round for policy `version`: new requests wait, in-flight ones
-        finish on the old weights, then vLLM prepares the model to receive. Follow with
-        `receive_weights` and `finish_weight_update`, which lets requests through again."""
+        """Begin a weight-transfer round for policy `version`: new requests wait, those in
+        flight pause (`keep`) or finish on the old weights (`drain`), then vLLM prepares the
+        model to receive. Follow with `receive_weights` and `finish_weight_update`, which lets
+        requests through again."""
         self._check_open("start_weight_update")
         self._check_version(version)
-        await self._hold_requests()
+        await self._updates.begin()
         try:
             await self._llm.start_weight_update()
         except BaseException as exc:
@@ -513,26 +524,32 @@ class VLLMEngine(InferenceEngine):
             raise
 
     async def finish_weight_update(self) -> None:
-        """End the round: vLLM finalizes the loaded weights, cached prefixes (computed by the
-        old ones) are dropped, and requests go on under the round's policy version."""
+        """End the round: vLLM finalizes the loaded weights, cached KV blocks (computed by the
+        old ones) are dropped, the requests in flight (`keep`) are recomputed on the new
+        weights and go on, and new requests go on under the round's policy version."""
         try:
             await self._llm.finish_weight_update()
-            await self._llm.reset_prefix_cache()
+            self.set_policy_version(self._incoming)
+            await self._updates.end()
         except BaseException as exc:
             await self._fail_round(exc)
             raise
-        self.set_policy_version(self._incoming)
-        await self._release_requests()
 
     async def _fail_round(self, exc: BaseException) -> None:
         """A round that failed part-way leaves weights that are neither the old nor the new
         ones: the engine refuses requests from then on, the held ones included."""
+        from agenthub.agents import _vllm_compat as compat
+
         self._broken = (
             f"a weight sync failed part-way ({described(exc)}), so the engine's "
             "weights are neither the old nor the new ones; start a new engine (a training run "
             "resumes from its last checkpoint with --resume)"
         )
-        await self._release_requests()
+        try:
+            await self._updates.fail()
+        except Exception as abort:
+            if not compat.is_engine_dead(abort):  # a dead engine has ended its requests
+                raise
 
     def _check_version(self, version: int) -> None:
         if version < self.policy_version:
@@ -546,16 +563,6 @@ class VLLMEngine(InferenceEngine):
         if self._broken is not None:
             raise EngineError(self._broken)
 
-    async def _hold_requests(self) -> None:
-        async with self._gate:
-            self._syncing = True
-            await self._gate.wait_for(lambda: self._in_flight == 0)
-
-    async def _release_requests(self) -> None:
-        async with self._gate:
-            self._syncing = False
-            self._gate.notify_all()
-
     async def aclose(self) -> None:
         self._shutdown()
 
@@ -567,4 +574,4 @@ class VLLMEngine(InferenceEngine):
             self._watchdog.stop()  # the engine's processes are gone; nothing is left to reap
             # Dropped now, while the interpreter is whole: AsyncLLM.__del__ shuts down again
             # and fails noisily if it only runs at interpreter exit.
-            del self._llm
+            del self._llm, self._updates

@@ -77,6 +77,13 @@ class RolloutSettings(ConfigSection):
     node; the worker then holds that many (`ray.worker_num_gpus`, set to it when not given).
     GPUs only: a run asking for more than 1 on a machine without GPUs, or more than the most
     GPUs a node of the Ray cluster has, is refused at its start."""
+    weight_update: Literal["keep", "drain"] = "keep"
+    """How each weight sync treats the replies the engines are generating. `keep` pauses them
+    where they are, loads the new weights, and goes on (in-flight weight updates, as
+    PipelineRL and AReaL do): a reply may then hold tokens of two policy versions, each with
+    the logprob it was sampled with, and counts as the older for staleness. `drain` lets them
+    finish on the old weights first, which holds the learner for the slowest reply of every
+    engine on each sync."""
 
 
 class AlgorithmConfig(ConfigSection):

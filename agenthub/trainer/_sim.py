@@ -43,9 +43,10 @@ class SimModel:
     episodes hold a slot each, as `EpisodeRunner` runs them) and an env step of lognormal
     latency (mean `env_mean_s`, log-space deviation `env_sigma`: a heavy tail). A learner step
     takes `learner_s_per_token` per token of its batch; a weight sync `sync_s_per_byte` per
-    byte of `param_bytes`, once every engine has let its in-flight generations finish, as
-    vLLM's engines do before a weight update (`update_drains`; False: the update lands while
-    generations are in flight, which go on, their tokens counted as the old version's).
+    byte of `param_bytes`. The engines treat their generations in flight as the run's
+    `rollout.weight_update` says: `drain` lets them finish first; `keep` pauses them for the
+    transfer, then each engine recomputes their KV on the new weights at
+    `prefill_tokens_per_s` (half a trajectory's tokens each, on average) before they go on.
     """
 
     decode_tokens_per_s: float = 64.0
@@ -58,8 +59,8 @@ class SimModel:
     learner_s_per_token: float = 96e-6
     param_bytes: float = 14e9
     sync_s_per_byte: float = 0.1e-9
+    prefill_tokens_per_s: float = 32_000.0
     time_scale: float = 1 / 40
-    update_drains: bool = True
 
     @property
     def generate_s(self) -> float:
@@ -127,34 +128,56 @@ class SimTasks(Env[str]):
 
 class _SimEngine:
     """Generation as a sleep, with `VLLMEngine`'s weight-update gate: a round holds new
-    requests back and waits for those in flight, which finish on the old weights."""
+    requests back, and lets those in flight finish on the old weights (`keep=False`) or
+    pauses them where they are until the round ends and their KV is recomputed (`keep`)."""
 
-    def __init__(self, model: SimModel) -> None:
+    def __init__(self, model: SimModel, keep: bool) -> None:
         self.model = model
+        self.keep = keep
         self.policy_version = 0
         self._gate = asyncio.Condition()
         self._in_flight = 0
         self._syncing = False
         self._incoming = 0
+        self._pause, self._resumed = asyncio.Event(), asyncio.Event()
+        self._resumed.set()
+        self._recompute_s = 0.0
+        """How long the requests in flight at the last round's end waited for their KV."""
 
     async def generate(self) -> int:
-        """Decode one reply; the policy version that sampled it."""
+        """Decode one reply; the policy version that sampled its first token."""
         async with self._gate:
             await self._gate.wait_for(lambda: not self._syncing)
             self._in_flight += 1
         try:
             version = self.policy_version
-            await asyncio.sleep(self.model.sleep_s(self.model.generate_s))
+            await self._decode(self.model.sleep_s(self.model.generate_s))
             return version
         finally:
             async with self._gate:
                 self._in_flight -= 1
                 self._gate.notify_all()
 
+    async def _decode(self, left: float) -> None:
+        """Sleep `left` seconds of decoding, stopped while a `keep` round pauses it."""
+        loop = asyncio.get_running_loop()
+        while True:
+            began = loop.time()
+            try:
+                await asyncio.wait_for(self._pause.wait(), timeout=left)
+            except TimeoutError:
+                return
+            left -= loop.time() - began
+            await self._resumed.wait()
+            await asyncio.sleep(self._recompute_s)
+
     async def start_update(self, version: int) -> None:
         async with self._gate:
             self._syncing = True
-            if self.model.update_drains:
+            if self.keep:
+                self._resumed.clear()
+                self._pause.set()
+            else:
                 await self._gate.wait_for(lambda: self._in_flight == 0)
         self._incoming = version
 
@@ -162,6 +185,10 @@ class _SimEngine:
         async with self._gate:
             self.policy_version = self._incoming
             self._syncing = False
+            context = self._in_flight * self.model.trajectory_tokens / 2
+            self._recompute_s = self.model.sleep_s(context / self.model.prefill_tokens_per_s)
+            self._pause.clear()
+            self._resumed.set()
             self._gate.notify_all()
 
 
@@ -234,7 +261,7 @@ class SimRolloutWorker:
         self.admission = admission
         self.tasks_drawn = tasks_done
         self.generated_tokens = 0
-        self.engine = _SimEngine(self.model)
+        self.engine = _SimEngine(self.model, keep=self.config.rollout.weight_update == "keep")
 
     async def start(self) -> int:
         return self.model.trajectory_tokens
@@ -289,7 +316,7 @@ class SimLearner:
         self.model = SimModel.load(model_path)
         self.steps = 0
         self.intervals: list[tuple[float, float]] = []
-        self.drains: list[tuple[float, float]] = []
+        self.starts: list[tuple[float, float]] = []
 
     def step(self, batch: Any) -> dict[str, float]:
         tokens = int(batch.attention_mask.sum())
@@ -309,10 +336,10 @@ class SimLearner:
     def send_weights(self, version: int) -> float:
         started = time.perf_counter()
         self.client.version = version
-        drain = time.monotonic()
-        self.client.start_weight_update()  # each engine lets its generations in flight finish
+        start = time.monotonic()
+        self.client.start_weight_update()  # `drain`: the engines let generations finish
         transfer = time.monotonic()
-        self.drains.append((drain, transfer))
+        self.starts.append((start, transfer))
         self.client.update_weights({})  # the engines sleep for the transfer, as it takes
         self.intervals.append((transfer, time.monotonic()))
         self.client.finish_weight_update()
@@ -327,9 +354,10 @@ class SimLearner:
         """When the learner computed or sent weights (`time.monotonic`, the machine's clock)."""
         return list(self.intervals)
 
-    def drained(self) -> list[tuple[float, float]]:
-        """When the learner, about to send weights, waited for the engines to drain."""
-        return list(self.drains)
+    def starting(self) -> list[tuple[float, float]]:
+        """When the learner, about to send weights, waited for the engines to start the
+        round (to pause their generations, or to let them finish)."""
+        return list(self.starts)
 
     def save_checkpoint(self, directory: str, tag: str) -> None:
         _write(Path(directory) / tag / "steps", str(self.steps))
@@ -351,8 +379,8 @@ def _write(path: Path, text: str) -> None:
 
 class SimCluster(RayCluster):
     """`RayCluster` with the simulated actors; the model is the JSON file at `model_path`.
-    Keeps the learner's busy intervals, and those it waited for the engines to drain before a
-    weight sync, when it closes (`learner_busy`, `learner_drained`)."""
+    Keeps the learner's busy intervals, and those it waited for the engines to start a weight
+    sync, when it closes (`learner_busy`, `learner_starting`)."""
 
     def __init__(
         self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
@@ -366,11 +394,11 @@ class SimCluster(RayCluster):
             learner=SimLearner,
         )
         self.learner_busy: list[tuple[float, float]] = []
-        self.learner_drained: list[tuple[float, float]] = []
+        self.learner_starting: list[tuple[float, float]] = []
 
     async def aclose(self) -> None:
         try:
             self.learner_busy = await self.learner.first.busy.remote()
-            self.learner_drained = await self.learner.first.drained.remote()
+            self.learner_starting = await self.learner.first.starting.remote()
         finally:
             await super().aclose()

@@ -212,6 +212,7 @@ class RolloutWorker:
             seed=cfg.run.seed + self.rank,
             max_num_seqs=max(cfg.rollout.concurrency, cfg.eval.tasks * cfg.eval.samples_per_task),
             output=os.environ.get(LIBRARY_LOG_ENV) or None,
+            weight_update=cfg.rollout.weight_update,
         )
         self.keeper = make(cfg.env, **cfg.env_kwargs)
         self.rollout = rollout_config(

@@ -106,7 +106,9 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Pa
     register()
 
     async def scenario() -> None:
-        engine = VLLMEngine(tied_model, max_model_len=256, weight_transfer=BACKEND)
+        engine = VLLMEngine(
+            tied_model, max_model_len=256, weight_transfer=BACKEND, weight_update="drain"
+        )
         try:
             assert engine.transfer_ranks == 1
             client = EngineClient(engine, asyncio.get_running_loop())
@@ -142,3 +144,78 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Pa
             await engine.aclose()
 
     asyncio.run(scenario())
+
+
+def _split_point(got: list[float], old: list[float], new: list[float]) -> int | None:
+    """The k at which `got` stops matching `old` and matches `new` from there on, if any."""
+    for k in range(len(got) + 1):
+        if got[:k] == pytest.approx(old[:k], abs=1e-3) and got[k:] == pytest.approx(
+            new[k:], abs=1e-3
+        ):
+            return k
+    return None
+
+
+@pytest.mark.timeout(600)
+def test_a_reply_in_flight_across_a_keep_update_goes_on_from_the_new_weights(
+    tied_model: Path,
+) -> None:
+    """`weight_update="keep"`: the round does not wait for the reply in flight, which is
+    neither aborted nor cut short; its tokens up to the update are the old weights' samples and
+    those after it the new weights' (their logprobs equal transformers' on a clean forward of
+    the new weights: its KV was recomputed), and it counts as the older version."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agenthub.agents._vllm_compat import trainer_weight_transfer
+    from agenthub.agents._weight_transfer import BACKEND, GlooTrainerInitInfo, register
+    from agenthub.trainer._weight_sync import EngineClient, LearnerSource, _free_port
+
+    register()
+    policy = AutoModelForCausalLM.from_pretrained(str(tied_model), torch_dtype=torch.float32)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    new_state = {k: v.clone() for k, v in policy.state_dict().items()}
+    long = SamplingParams(max_tokens=300, temperature=1.0, seed=5)
+
+    async def scenario() -> tuple[Any, int, int]:
+        engine = VLLMEngine(
+            tied_model, max_model_len=512, weight_transfer=BACKEND, weight_update="keep"
+        )
+        try:
+            client = EngineClient(engine, asyncio.get_running_loop())
+            info = GlooTrainerInitInfo(
+                master_address="127.0.0.1", master_port=_free_port(), world_size=2, rank=0
+            )
+            source = LearnerSource(policy, zero3=False)
+            sender = await asyncio.to_thread(
+                trainer_weight_transfer, info, client=client, source=source
+            )
+            running = asyncio.create_task(engine.generate(PROMPT, long))
+            await asyncio.sleep(0.3)  # decoding
+            assert not running.done(), "the reply must be in flight when the update starts"
+            client.version = 1
+            await asyncio.to_thread(sender.send_weights)
+            in_flight_after = int(not running.done())
+            reply = await running
+            after = await engine.generate(PROMPT, SAMPLING)
+            assert after.policy_version == engine.policy_version == 1
+            sender.shutdown()
+            return reply, in_flight_after, engine.spanning_generations
+        finally:
+            await engine.aclose()
+
+    reply, in_flight_after, spanning = asyncio.run(scenario())
+    assert in_flight_after == 1, "the round returned before the reply finished"
+    assert spanning == 1
+    assert reply.policy_version == 0, "counted as the oldest version that sampled it"
+    assert reply.finish_reason != "abort"
+    if reply.finish_reason == "length":
+        assert len(reply.token_ids) == long.max_tokens, "not cut short"
+    old = transformers_logprobs(tied_model, None, PROMPT, reply.token_ids)
+    new = transformers_logprobs(tied_model, new_state, PROMPT, reply.token_ids)
+    k = _split_point(list(reply.logprobs), old, new)
+    assert k is not None, "the reply's logprobs are the old weights', then the new ones'"
+    assert 0 < k < len(reply.token_ids), f"both versions sampled it ({k} old tokens)"
