@@ -85,9 +85,13 @@ class Cluster(Protocol):
         """One learner step on `batch`; the learner's metrics."""
         ...
 
-    async def publish(self, version: int) -> float:
-        """Send the learner's weights to every engine as `version`, then admit rollouts for
-        it; the seconds the transfer took."""
+    async def send_weights(self, version: int) -> float:
+        """Send the learner's weights to every engine as `version`; the seconds the transfer
+        took. Rollouts are not admitted for it yet (`admit_version`)."""
+        ...
+
+    async def admit_version(self, version: int) -> None:
+        """Admit rollouts for policy `version`, once every engine holds it."""
         ...
 
     async def worker_stats(self) -> list[WorkerStats | None]:
@@ -234,10 +238,12 @@ class RayCluster:
         learned: dict[str, float] = await self.learner.step(batch)
         return learned
 
-    async def publish(self, version: int) -> float:
-        seconds = await self.learner.send_weights(version)
-        await self.admission.set_version.remote(version)
+    async def send_weights(self, version: int) -> float:
+        seconds: float = await self.learner.send_weights(version)
         return seconds
+
+    async def admit_version(self, version: int) -> None:
+        await self.admission.set_version.remote(version)
 
     async def worker_stats(self) -> list[WorkerStats | None]:
         stats = await asyncio.gather(
@@ -296,7 +302,8 @@ class RayCluster:
             self.workers[rank] = self._new_worker(rank, self._drawn[rank], self._lives[rank])
         await asyncio.gather(*(self.workers[rank].start.remote() for rank in ranks))
         await self.open_weight_sync()
-        await self.publish(version)
+        await self.send_weights(version)
+        await self.admit_version(version)
         for rank in ranks:
             if rank < len(self._running):
                 self._running[rank] = self.workers[rank].run.remote()

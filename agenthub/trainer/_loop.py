@@ -391,7 +391,7 @@ class Trainer:
         """Checkpoint where the loop ended, evaluate the last policy (unless stopping), and
         raise a failure that stopped the run once it is saved."""
         cfg = self.config
-        await p.publisher.wait()
+        await p.publisher.wait(admitted=True)
         self.control.finish(StopReason("max_steps", f"reached max_steps={cfg.run.max_steps}"))
         elapsed = clock.elapsed()
         await p.checkpointer.save_unless_saved(step, elapsed)

@@ -1,5 +1,5 @@
 """Weight publishing: each learner step's weights sent to every engine under the next policy
-version, while the learner goes on."""
+version while the learner goes on, and rollouts admitted for it once they are sent."""
 
 from __future__ import annotations
 
@@ -12,53 +12,73 @@ __all__ = ["WeightPublisher"]
 
 class WeightPublisher:
     """Sends the learner's weights as a new policy version, one sync at a time, in the
-    background (`publish`) or at once (`publish_now`)."""
+    background (`publish`) or at once (`publish_now`).
+
+    A sync in the background ends when the weights are sent: the learner may step again at
+    once. Rollouts are admitted for the new version after that (`admitting`), off the
+    learner's path: only once every engine holds it, so none is admitted for a version newer
+    than the engines', and in the order the versions were sent."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.sync_s = 0.0
         """How long the last finished sync took."""
         self.pending: asyncio.Task[None] | None = None
-        """The last sync started in the background."""
+        """The last sync started in the background (its weights sent)."""
+        self.admitting: asyncio.Task[None] | None = None
+        """Rollouts admitted for the last version sent."""
 
     async def publish_now(self, version: int) -> None:
         """Send the weights as `version`, then admit rollouts for it."""
-        self.sync_s = await self.cluster.publish(version)
+        self.sync_s = await self.cluster.send_weights(version)
+        await self.cluster.admit_version(version)
 
     def publish(self, version: int) -> asyncio.Task[None]:
-        self.pending = asyncio.create_task(self.publish_now(version))
+        self.pending = asyncio.create_task(self._send(version))
         return self.pending
 
-    async def wait(self) -> None:
+    async def _send(self, version: int) -> None:
+        self.sync_s = await self.cluster.send_weights(version)
+        self.admitting = asyncio.create_task(self.cluster.admit_version(version))
+
+    async def wait(self, *, admitted: bool = False) -> None:
         """Wait for the last sync: the learner sends a step's weights before it can step
-        again (one call at a time), and a sync that failed stops the run here."""
+        again (one call at a time), and a sync that failed stops the run here. With
+        `admitted`, also until rollouts are admitted for its version."""
         if self.pending is not None:
             await self.pending
+        admitting = self.admitting
+        if admitting is not None and (admitted or admitting.done()):
+            await admitting
 
     def check(self) -> None:
         """Raise the error of a sync that failed: it leaves engines holding their requests,
         so no rollouts come while a batch waits for them."""
-        sync = self.pending
-        if sync is not None and sync.done() and not sync.cancelled():
-            sync.result()
+        for task in (self.pending, self.admitting):
+            if task is not None and task.done() and not task.cancelled():
+                task.result()
 
     def forget_failure(self) -> None:
         """Mark a failed sync's error as seen (one into a dead engine, after the failure that
         stops the run: not news)."""
-        sync = self.pending
-        if sync is not None and sync.done() and not sync.cancelled():
-            sync.exception()
+        for task in (self.pending, self.admitting):
+            if task is not None and task.done() and not task.cancelled():
+                task.exception()
 
     async def settle(self, timeout_s: float) -> bool:
         """Let the sync in flight end (one into a dead engine fails, or is cut by the transfer
-        group's timeout), its failure seen, and forget it; False when it is still running after
-        `timeout_s`."""
+        group's timeout) and its admission, their failures seen, and forget them; False when
+        either is still running after `timeout_s` (each)."""
         sync = self.pending
-        if sync is None:
-            return True
-        await asyncio.wait({sync}, timeout=timeout_s)
-        if not sync.done():
-            return False
+        if sync is not None:
+            await asyncio.wait({sync}, timeout=timeout_s)
+            if not sync.done():
+                return False
+        admitting = self.admitting  # started once the weights were sent
+        if admitting is not None:
+            await asyncio.wait({admitting}, timeout=timeout_s)
+            if not admitting.done():
+                return False
         self.forget_failure()
-        self.pending = None
+        self.pending = self.admitting = None
         return True

@@ -153,8 +153,9 @@ class Admission:
         return sum(self.in_flight.values())
 
     async def set_version(self, version: int) -> None:
+        """Admit rollouts for `version` (a version older than the gate's changes nothing)."""
         async with self._changed:
-            self.version = version
+            self.version = max(self.version, version)
             self._changed.notify_all()
 
     async def discard(self, groups: int) -> None:

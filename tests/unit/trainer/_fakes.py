@@ -115,6 +115,8 @@ class FakeCluster:
     ) -> None:
         self.cfg = cfg
         self.version = version
+        self.admitted = version
+        """The policy version rollouts are admitted for."""
         self.learner_steps = 0
         self.groups = groups
         self.eval_rewards = list(eval_rewards or [])
@@ -178,9 +180,12 @@ class FakeCluster:
             self.on_learn(self.learner_steps)
         return {"loss": 0.5}
 
-    async def publish(self, version: int) -> float:
+    async def send_weights(self, version: int) -> float:
         self.version = version
         return 0.25
+
+    async def admit_version(self, version: int) -> None:
+        self.admitted = version
 
     async def worker_stats(self) -> list[WorkerStats | None]:
         return [WorkerStats(n, 10 * n, self.version) for n in self.tasks_drawn]

@@ -95,9 +95,9 @@ class _GatedWorker(SlowLearner):
         await super().give_back(groups)
         await self.gate.discard(groups)
 
-    async def publish(self, version: int) -> float:
+    async def admit_version(self, version: int) -> None:
         await self.gate.set_version(version)
-        return await super().publish(version)
+        await super().admit_version(version)
 
     async def replace_workers(self, ranks: list[int], version: int) -> int:
         lost, _ = await self.gate.forget(0)
