@@ -164,10 +164,12 @@ class EpisodeRunner:
         read lazily, so `work` may be endless.
         """
         limiter = anyio.CapacityLimiter(self.config.concurrency)
-        # One group beyond what the episodes can fill waits ready, so slots never sit idle.
-        admit = anyio.Semaphore(
-            math.ceil(self.config.concurrency / self.config.n_samples_per_prompt) + 1
-        )
+        # As many groups as the slots hold wait ready behind them: a group keeps its place
+        # until its slowest episode ends, and its faster ones' slots go to the next group's
+        # episodes meanwhile. With one group waiting, slots sat idle ~12% of the time
+        # (heavy-tailed episodes, groups of 8 in 32 slots); with as many, under 1%.
+        groups = math.ceil(self.config.concurrency / self.config.n_samples_per_prompt)
+        admit = anyio.Semaphore(2 * groups)
 
         async def group(task: Task, samples: Sequence[int]) -> None:
             try:

@@ -21,6 +21,7 @@ from agenthub.agents import (
     RolloutConfig,
     SamplingParams,
     Timeouts,
+    Timings,
     Trajectory,
 )
 from tests.unit.agents._envs import TrackedEnv
@@ -514,3 +515,38 @@ async def test_a_reward_file_s_error_is_recorded_with_the_file_s_line(
     [t] = await run.collect([Task(id="case", prompt="Go.", label="raise")])
     assert t.error is not None and t.error.cause == "score_error"
     assert t.error.message.endswith(f" (raised at {path}:{line}, in reward_func)")
+
+
+async def test_slots_left_by_a_group_s_fast_episodes_go_to_the_next_groups(
+    chat: ChatTokenizer,
+) -> None:
+    """A group keeps its place until its slowest episode ends; meanwhile the slots its fast
+    episodes left are filled from groups waiting behind it, until every slot plays."""
+    release = anyio.Event()
+    playing = 0
+
+    class OneSlowPerGroup(EpisodeRunner):
+        async def run_episode(self, task: Task, *, sample: int = 0) -> Trajectory:
+            nonlocal playing
+            playing += 1
+            try:
+                if sample == 0:  # each group's slowest
+                    await release.wait()
+                else:
+                    await anyio.sleep(0.001)
+            finally:
+                playing -= 1
+            return Trajectory(
+                env=ENV, task_id=task.id, sample=sample, tokens=[1], loss_mask=[0],
+                logprobs=[0.0], policy_versions=[0], step_rewards=[0.0], reward=0.0,
+                terminated=True, truncated=False, num_turns=1, timings=Timings(),
+            )  # fmt: skip
+
+    r = OneSlowPerGroup(
+        replying(chat), chat, ENV, RolloutConfig(n_samples_per_prompt=2, concurrency=4)
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(r.run, (task(i) for i in range(100)))
+        await anyio.sleep(0.2)
+        assert playing == 4, "the slow episodes of 4 groups fill the 4 slots"
+        tg.cancel_scope.cancel()
