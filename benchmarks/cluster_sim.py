@@ -63,12 +63,20 @@ class Point:
     start: float
     """Of `idle`: the learner waiting for every engine to start a weight sync (to pause its
     generations in flight, or under `drain` to let them finish)."""
+    finish: float
+    """Of `idle`: the learner waiting for every engine to end a weight sync."""
     batch_wait: float
     """Of `idle`: the learner, free, waiting for its next batch."""
     per_s: float
     ideal: float
     cpu_cores: float
     stale: float
+
+    @property
+    def other(self) -> float:
+        """Of `idle`: the rest, between a sync's end and the next step (the driver's round
+        trips: the sync's answer, the batch handed over)."""
+        return self.idle - self.start - self.finish - self.batch_wait
 
 
 class _Window:
@@ -156,7 +164,8 @@ def run_point(
         workers,
         staleness,
         idle=1 - busy / wall,
-        start=window.overlap(made[0].learner_starting) / wall,
+        start=window.overlap(made[0].learner_waited["start"]) / wall,
+        finish=window.overlap(made[0].learner_waited["finish"]) / wall,
         batch_wait=waited / wall,
         per_s=trained / wall * scale,
         ideal=ideal,
@@ -206,7 +215,7 @@ def main() -> None:
     )
     print(
         f"workers  rollout/learner  mode (max_staleness 0/{args.staleness})  learner idle  "
-        "(start  batch)  traj/s  ideal  efficiency  stale groups  cores  async/sync"
+        "(start  finish  batch  other)  traj/s  ideal  efficiency  stale groups  cores  async/sync"
     )
     balanced: tuple[float, float] | None = None
     with tempfile.TemporaryDirectory() as scratch:
@@ -225,7 +234,8 @@ def main() -> None:
                     speed = f"{p.per_s / points['sync'].per_s:.2f}x"
                 print(
                     f"{workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  "
-                    f"({p.start:5.1%}  {p.batch_wait:5.1%})  {p.per_s:6.2f}  "
+                    f"({p.start:5.1%}  {p.finish:6.1%}  {p.batch_wait:5.1%}  {p.other:5.1%})  "
+                    f"{p.per_s:6.2f}  "
                     f"{p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
                     f"{p.cpu_cores:5.2f}  {speed}",
                     flush=True,

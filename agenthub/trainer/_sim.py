@@ -316,7 +316,7 @@ class SimLearner:
         self.model = SimModel.load(model_path)
         self.steps = 0
         self.intervals: list[tuple[float, float]] = []
-        self.starts: list[tuple[float, float]] = []
+        self.waits: dict[str, list[tuple[float, float]]] = {"start": [], "finish": []}
 
     def step(self, batch: Any) -> dict[str, float]:
         tokens = int(batch.attention_mask.sum())
@@ -339,10 +339,12 @@ class SimLearner:
         start = time.monotonic()
         self.client.start_weight_update()  # `drain`: the engines let generations finish
         transfer = time.monotonic()
-        self.starts.append((start, transfer))
+        self.waits["start"].append((start, transfer))
         self.client.update_weights({})  # the engines sleep for the transfer, as it takes
-        self.intervals.append((transfer, time.monotonic()))
+        finish = time.monotonic()
+        self.intervals.append((transfer, finish))
         self.client.finish_weight_update()
+        self.waits["finish"].append((finish, time.monotonic()))
         return time.perf_counter() - started
 
     def _busy(self, model_s: float) -> None:
@@ -354,10 +356,10 @@ class SimLearner:
         """When the learner computed or sent weights (`time.monotonic`, the machine's clock)."""
         return list(self.intervals)
 
-    def starting(self) -> list[tuple[float, float]]:
-        """When the learner, about to send weights, waited for the engines to start the
-        round (to pause their generations, or to let them finish)."""
-        return list(self.starts)
+    def waited(self) -> dict[str, list[tuple[float, float]]]:
+        """When the learner, sending weights, waited for every engine to start the round
+        (`start`: to pause its generations, or to let them finish) and to end it (`finish`)."""
+        return self.waits
 
     def save_checkpoint(self, directory: str, tag: str) -> None:
         _write(Path(directory) / tag / "steps", str(self.steps))
@@ -379,8 +381,8 @@ def _write(path: Path, text: str) -> None:
 
 class SimCluster(RayCluster):
     """`RayCluster` with the simulated actors; the model is the JSON file at `model_path`.
-    Keeps the learner's busy intervals, and those it waited for the engines to start a weight
-    sync, when it closes (`learner_busy`, `learner_starting`)."""
+    Keeps the learner's busy intervals, and those it waited for the engines to start and end a
+    weight sync, when it closes (`learner_busy`, `learner_waited`)."""
 
     def __init__(
         self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
@@ -394,11 +396,11 @@ class SimCluster(RayCluster):
             learner=SimLearner,
         )
         self.learner_busy: list[tuple[float, float]] = []
-        self.learner_starting: list[tuple[float, float]] = []
+        self.learner_waited: dict[str, list[tuple[float, float]]] = {}
 
     async def aclose(self) -> None:
         try:
             self.learner_busy = await self.learner.first.busy.remote()
-            self.learner_starting = await self.learner.first.starting.remote()
+            self.learner_waited = await self.learner.first.waited.remote()
         finally:
             await super().aclose()
