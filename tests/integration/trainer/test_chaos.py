@@ -26,7 +26,7 @@ from tests.integration.trainer.test_train_cli import _records, _start, _state, _
 
 pytestmark = [pytest.mark.integration]
 
-STEPS = 10
+STEPS = 14
 ARGS = [
     "--env", "code_exec", "--steps", str(STEPS), "env_kwargs.backend=docker",
     "rollout.n_samples_per_prompt=4", "rollout.concurrency=16", "rollout.max_turns=2",
