@@ -79,9 +79,15 @@ def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(tmp_path: P
             injected.append(("docker engine", 0))
             at = len(_trained_steps(out))
             _wait(run, log, "a step after the restart", lambda: len(_trained_steps(out)) > at)
-            assert len(_trained_steps(out)) < STEPS, "the run must still be going"
-            before = _processes(out)["learner_ranks"]
-            injected.append(("learner rank 1", _kill(out, "learner_ranks", 1)))
+            # The driver held still while the rank dies: a run at its last step cannot end
+            # before it meets the fault.
+            os.kill(run.pid, signal.SIGSTOP)
+            try:
+                assert len(_trained_steps(out)) < STEPS, "the run must still be going"
+                before = _processes(out)["learner_ranks"]
+                injected.append(("learner rank 1", _kill(out, "learner_ranks", 1)))
+            finally:
+                os.kill(run.pid, signal.SIGCONT)
             run.wait(timeout=600)
     finally:
         if run.poll() is None:
