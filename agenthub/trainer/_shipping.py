@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import shutil
 import tarfile
 import tempfile
@@ -25,7 +26,7 @@ from typing import Any
 
 from agenthub._errors import AgentHubError
 
-__all__ = ["Shipment", "node_id", "receive", "receive_replacing", "ship"]
+__all__ = ["Shipment", "node_id", "own_vllm_logging", "receive", "receive_replacing", "ship"]
 
 CACHE = Path(tempfile.gettempdir()) / "agenthub-shipped"
 """Where a node keeps what it unpacked for its processes' whole life (the model), by digest."""
@@ -144,6 +145,21 @@ def receive_replacing(parcel: bytes | None, directory: Path) -> None:
         if directory.exists():
             directory.rename(Path(tmp) / "old")
         (Path(tmp) / directory.name).rename(directory)
+
+
+def own_vllm_logging() -> None:
+    """On another node than the driver's, the vLLM logging configuration the driver wrote
+    beside the run's library log is missing, and vLLM refuses to start without it: this node
+    writes its own (its library log then lies at the same path on this node). Call it before
+    vLLM is imported."""
+    from agenthub.trainer._library_logs import LIBRARY_LOG_ENV, library_log_env
+
+    log, config = os.environ.get(LIBRARY_LOG_ENV), os.environ.get("VLLM_LOGGING_CONFIG_PATH")
+    if not log or not config or Path(config).exists():
+        return
+    if Path(config) == Path(log).parent / "vllm-logging.json":  # the driver's, not a user's
+        del os.environ["VLLM_LOGGING_CONFIG_PATH"]
+        os.environ.update(library_log_env(Path(log)))
 
 
 def _pack(path: Path) -> bytes:

@@ -202,6 +202,9 @@ class RolloutWorker:
     async def start(self) -> int:
         """Start the engine (inside the actor's event loop) and open the env; returns the
         engine's context length."""
+        from agenthub.trainer._shipping import own_vllm_logging
+
+        own_vllm_logging()
         from agenthub.agents import VLLMEngine
         from agenthub.trainer._weight_sync import transfer_backend
 

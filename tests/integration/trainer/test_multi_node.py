@@ -1,8 +1,9 @@
-"""`agenthub train --ray-address` on a real Ray cluster of two nodes (`_ray_nodes`): the rollout
-worker on the head, where the driver runs, and the learner on the second node, which sees none
+"""`agenthub train --ray-address` on a real Ray cluster of two nodes (`_ray_nodes`): one part of
+the run on the head, where the driver runs, and the other on the second node, which sees none
 of the driver's files (the run directory and the model copy are hidden from it). The model
-reaches the learner through Ray's object store; the checkpoints and the exported model it
-writes come back to the driver's run directory; a `--resume` ships the checkpoint back to it."""
+reaches the remote learner or rollout worker through Ray's object store; the checkpoints and
+the exported model a remote learner writes come back to the driver's run directory; a
+`--resume` ships the checkpoint back to it."""
 
 from __future__ import annotations
 
@@ -23,8 +24,31 @@ SMALL = [
     "rollout.max_turns=2", "rollout.max_reply_tokens=96", "algorithm.batch_groups=2",
     "algorithm.max_staleness=1", "algorithm.filter_groups=false", "eval.every=0",
     "run.checkpoint_every=2", "run.wandb=disabled",
-    'ray.learner_resources={"second_node": 1}', 'ray.worker_resources={"head_node": 1}',
 ]  # fmt: skip
+LEARNER_REMOTE = [
+    'ray.learner_resources={"second_node": 1}',
+    'ray.worker_resources={"head_node": 1}',
+]
+WORKER_REMOTE = [
+    'ray.learner_resources={"head_node": 1}',
+    'ray.worker_resources={"second_node": 1}',
+]
+
+
+def _hidden_model(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The directory the second node cannot see, the model copied into it, and the run
+    directory in it."""
+    from agenthub.agents._engines import resolve_model
+
+    hidden = tmp_path / "driver"
+    default = resolve_model("default", needed=True)
+    assert default is not None
+    shutil.copytree(default, hidden / "model")
+    return hidden, hidden / "model", hidden / "run"
+
+
+def _placed(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((out / "logs" / "processes.json").read_text())["nodes"]  # type: ignore[no-any-return]
 
 
 def _train(nodes: RayNodes, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -43,19 +67,13 @@ def _summary(result: subprocess.CompletedProcess[str]) -> dict:  # type: ignore[
 def test_a_run_trains_with_its_learner_on_a_node_without_the_drivers_files(
     tmp_path: Path,
 ) -> None:
-    from agenthub.agents._engines import resolve_model
-
-    hidden = tmp_path / "driver"  # what the second node cannot see
-    model, out = hidden / "model", hidden / "run"
-    default = resolve_model("default", needed=True)
-    assert default is not None
-    shutil.copytree(default, model)
+    hidden, model, out = _hidden_model(tmp_path)
     with two_nodes(hidden) as nodes:
-        first = _train(nodes, out, "--model", str(model), "--steps", "2", *SMALL)
+        first = _train(nodes, out, "--model", str(model), "--steps", "2", *SMALL, *LEARNER_REMOTE)
         summary = _summary(first)
         assert summary["steps"] == 2 and summary["stopped"] == "reached max_steps=2"
 
-        placed = json.loads((out / "logs" / "processes.json").read_text())["nodes"]
+        placed = _placed(out)
         assert placed["driver"] == nodes.node_ids[HEAD]
         assert placed["learner_ranks"] == [nodes.node_ids[SECOND]], "the learner is remote"
         assert placed["rollout_workers"] == [nodes.node_ids[HEAD]]
@@ -78,3 +96,18 @@ def test_a_run_trains_with_its_learner_on_a_node_without_the_drivers_files(
 
     metrics = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in metrics if "train/reward" in r] == [1, 2, 3]
+
+
+@pytest.mark.timeout(900)
+def test_a_run_trains_with_its_rollout_worker_on_a_node_without_the_drivers_files(
+    tmp_path: Path,
+) -> None:
+    hidden, model, out = _hidden_model(tmp_path)
+    with two_nodes(hidden) as nodes:
+        result = _train(nodes, out, "--model", str(model), "--steps", "1", *SMALL, *WORKER_REMOTE)
+        assert _summary(result)["steps"] == 1
+        placed = _placed(out)
+        assert placed["rollout_workers"] == [nodes.node_ids[SECOND]], "the worker is remote"
+        assert placed["learner_ranks"] == [nodes.node_ids[HEAD]]
+    samples = (out / "trajectories.jsonl").read_text().splitlines()
+    assert samples and all(json.loads(line)["error"] is None for line in samples)

@@ -116,3 +116,22 @@ def test_custom_resources_parse_from_the_command_line() -> None:
     config = load_config([], ["env=math", 'ray.learner_resources={"second_node": 1}'])
     assert config.ray.learner_resources == {"second_node": 1.0}
     assert json.loads(config.model_dump_json())["ray"]["worker_resources"] == {}
+
+
+def test_a_node_without_the_drivers_vllm_logging_config_writes_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agenthub.trainer._library_logs import LIBRARY_LOG_ENV
+    from agenthub.trainer._shipping import own_vllm_logging
+
+    log = tmp_path / "run" / "logs" / "libraries.log"  # the driver's, missing on this node
+    monkeypatch.setenv(LIBRARY_LOG_ENV, str(log))
+    monkeypatch.setenv("VLLM_LOGGING_CONFIG_PATH", str(log.parent / "vllm-logging.json"))
+    own_vllm_logging()
+    config = json.loads((log.parent / "vllm-logging.json").read_text())
+    assert config["handlers"]["file"]["filename"] == str(log)
+
+    users = tmp_path / "users-own.json"  # a user's own setting is left for vLLM to refuse
+    monkeypatch.setenv("VLLM_LOGGING_CONFIG_PATH", str(users))
+    own_vllm_logging()
+    assert not users.exists()
