@@ -33,7 +33,7 @@ from agenthub.agents._engines import rollout_config
 from agenthub.agents._run_dir import split_tasks
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._library_logs import LIBRARY_LOG_ENV, route_library_logs
-from agenthub.trainer._shipping import Shipment
+from agenthub.trainer._shipping import Shipment, own_vllm_logging
 
 __all__ = [
     "Admission",
@@ -202,9 +202,7 @@ class RolloutWorker:
     async def start(self) -> int:
         """Start the engine (inside the actor's event loop) and open the env; returns the
         engine's context length."""
-        from agenthub.trainer._shipping import own_vllm_logging
-
-        own_vllm_logging()
+        own_vllm_logging()  # before vLLM's import, which reads it
         from agenthub.agents import VLLMEngine
         from agenthub.trainer._weight_sync import transfer_backend
 
