@@ -154,15 +154,19 @@ class RayCluster:
         learner: type | None = None,
         processes: Path | None = None,
     ) -> None:
-        from agenthub.trainer._learner_group import LearnerGroup
+        from agenthub.trainer._learner_group import LearnerGroup, check_custom
         from agenthub.trainer._queue import TrajectoryQueue
+        from agenthub.trainer._shipping import ship
         from agenthub.trainer._workers import Admission, RolloutWorker
 
         self.cfg = cfg
         self.processes = processes
         config = cfg.model_dump(mode="json")
         self._worker_class = rollout_worker or RolloutWorker
-        self._worker_args = (config, str(model_path))
+        workers, wanted = cfg.ray.rollout_workers, cfg.ray.worker_resources
+        check_custom(f"{workers} rollout worker(s)", workers, wanted, "ray.worker_resources")
+        model = ship(model_path)  # once, for every process on another node than this one
+        self._worker_args = (config, model)
         self._drawn = list(tasks_drawn)
         """Where each rank's worker started in its task stream."""
         groups, staleness = cfg.algorithm.batch_groups, cfg.algorithm.max_staleness
@@ -172,7 +176,7 @@ class RayCluster:
         self.admission = _actor(Admission, num_cpus=0, max_concurrency=10_000).remote(
             groups, staleness, version
         )
-        self.learner = LearnerGroup(cfg, model_path, learner)
+        self.learner = LearnerGroup(cfg, model, learner)
         self.workers: dict[int, Any] = {
             rank: self._new_worker(rank, tasks_drawn[rank], 0)
             for rank in range(cfg.ray.rollout_workers)
@@ -190,6 +194,7 @@ class RayCluster:
             self._worker_class,
             num_cpus=1,
             num_gpus=self.cfg.ray.worker_num_gpus,
+            resources=self.cfg.ray.worker_resources or None,
             max_concurrency=10_000,
             runtime_env={"env_vars": _worker_env(self.cfg)},
         ).remote(*self._worker_args, rank, self.queue, self.admission, drawn, **later)
@@ -360,18 +365,21 @@ class RayCluster:
 
     async def _write_processes(self) -> None:
         """Each learner rank's and each worker's process id, to `processes`: `learner` is
-        rank 0's (a learner of one rank is that one), `learner_ranks` every rank's in order."""
+        rank 0's (a learner of one rank is that one), `learner_ranks` every rank's in order;
+        and the Ray node of each (`nodes`: the driver's, and lists as those)."""
+        from agenthub.trainer._shipping import node_id
+
         if self.processes is None:
             return
 
-        def pid(actor: Any) -> Any:
-            return actor.__ray_call__.remote(lambda self: os.getpid())
+        def where(actor: Any) -> Any:
+            return actor.__ray_call__.remote(lambda self: (os.getpid(), node_id()))
 
-        ranks = len(self.learner.actors)
-        actors = [*self.learner.actors, *self.workers.values()]
-        pids = await asyncio.gather(*(pid(a) for a in actors))
-        learner, workers = pids[:ranks], pids[ranks:]
-        about = {"learner": learner[0], "learner_ranks": learner, "rollout_workers": workers}
+        ranks, actors = len(self.learner.actors), [*self.learner.actors, *self.workers.values()]
+        pids, nodes = zip(*await asyncio.gather(*(where(a) for a in actors)), strict=True)
+        about = {"learner": pids[0], "learner_ranks": pids[:ranks], "rollout_workers": pids[ranks:]}
+        about["nodes"] = {"driver": node_id(), "learner_ranks": nodes[:ranks]}
+        about["nodes"]["rollout_workers"] = nodes[ranks:]
         self.processes.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.processes, json.dumps(about))
 

@@ -173,6 +173,9 @@ class RunConfig(ConfigSection):
     has; with none left, it stops (checkpointing first) with the cause."""
 
 
+_RAY_OWN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
 class RayConfig(ConfigSection):
     """Where the run's parts are placed."""
 
@@ -195,10 +198,35 @@ class RayConfig(ConfigSection):
     and resume with the same number of ranks. On GPUs each rank needs a whole GPU
     (`learner_num_gpus` >= 1); the Ray cluster must have a CPU (and those GPUs) for every
     rank, or the run is refused."""
+    learner_resources: dict[str, float] = Field(default_factory=dict)
+    """Ray custom resources each learner rank asks for, e.g. `{"learner_node": 1}` to place
+    the learner on the node started with `ray start --resources='{"learner_node": 1}'`."""
+    worker_resources: dict[str, float] = Field(default_factory=dict)
+    """Ray custom resources each rollout worker asks for (as `learner_resources`)."""
     learner_threads: int = Field(1, ge=1)
     """CPU threads of the learner's torch ops."""
     worker_threads: int = Field(1, ge=1)
     """CPU threads of each rollout worker's engine (on CPU machines)."""
+
+    @model_validator(mode="after")
+    def _custom_resources(self) -> RayConfig:
+        for name, resources in (
+            ("learner", self.learner_resources),
+            ("worker", self.worker_resources),
+        ):
+            for key, amount in resources.items():
+                if key in _RAY_OWN_RESOURCES:
+                    raise ValueError(
+                        f"ray.{name}_resources names {key!r}, which Ray counts itself; give "
+                        f"GPUs with ray.{name}_num_gpus and keep {name}_resources for custom "
+                        'resources (`{"my_node": 1}`)'
+                    )
+                if not amount > 0:
+                    raise ValueError(
+                        f"ray.{name}_resources[{key!r}] is {amount:g}; an amount of a custom "
+                        "resource must be above 0"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _whole_gpus_per_rank(self) -> RayConfig:

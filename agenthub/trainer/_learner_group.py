@@ -1,5 +1,6 @@
 """The learner's ranks as Ray actors: placed together, joined into one data-parallel group,
-and called as one."""
+and called as one. What ranks on another node than the driver's write for the run directory
+comes back through Ray (`agenthub.trainer._shipping`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 from agenthub._errors import AgentHubError
 from agenthub.trainer._config import TrainConfig
+from agenthub.trainer._shipping import Shipment, receive, receive_replacing, ship
 
-__all__ = ["LearnerGroup"]
+__all__ = ["LearnerGroup", "check_custom"]
 
 PLACEMENT_TIMEOUT_S = 120.0
 """How long the learner's ranks may wait for room in the cluster before the run gives up."""
@@ -18,14 +20,18 @@ PLACEMENT_TIMEOUT_S = 120.0
 
 class LearnerGroup:
     """`ray.learner_ranks` learner actors (`LearnerWorker`, or `learner` with the same methods)
-    in one placement group, one bundle of a CPU (and `ray.learner_num_gpus` GPUs) per rank.
+    in one placement group, one bundle of a CPU (and `ray.learner_num_gpus` GPUs, and
+    `ray.learner_resources`) per rank. `model` is the policy's starting directory, shipped to
+    ranks on other nodes than the driver's (a path: shipped here).
 
     `start()` joins the ranks into one DeepSpeed data-parallel group (gloo on CPU, NCCL on
     GPUs), rank 0's node address taken from Ray. Every call then goes to every rank, as
     DeepSpeed's collectives need; rank 0's answer is the group's. The weight sync is rank 0's:
     it alone joins the engines' transfer group."""
 
-    def __init__(self, cfg: TrainConfig, model_path: Path, learner: type | None = None) -> None:
+    def __init__(
+        self, cfg: TrainConfig, model: Path | Shipment, learner: type | None = None
+    ) -> None:
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -36,6 +42,10 @@ class LearnerGroup:
         gpus = cfg.ray.learner_num_gpus
         bundle = {"CPU": 1.0} | ({"GPU": gpus} if gpus else {})
         _check_fits(ranks, bundle)
+        custom = cfg.ray.learner_resources
+        check_custom(f"the learner's {ranks} rank(s)", ranks, custom, "ray.learner_resources")
+        bundle |= custom
+        self.model = model if isinstance(model, Shipment) else ship(model)
         self.placement = placement_group([bundle] * ranks, strategy="PACK")
         config = cfg.model_dump(mode="json")
         extra: list[tuple[Any, ...]] = [()] if ranks == 1 else [(r, ranks) for r in range(ranks)]
@@ -44,11 +54,12 @@ class LearnerGroup:
             .options(
                 num_cpus=1,
                 num_gpus=cfg.ray.learner_num_gpus,
+                resources=cfg.ray.learner_resources or None,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self.placement, placement_group_bundle_index=r
                 ),
             )
-            .remote(config, str(model_path), *args)
+            .remote(config, self.model, *args)
             for r, args in enumerate(extra)
         ]
         self.first = self.actors[0]
@@ -70,8 +81,11 @@ class LearnerGroup:
 
     async def _all(self, method: str, *args: Any) -> Any:
         """`method(*args)` on every rank at once; rank 0's result."""
-        results = await asyncio.gather(*(getattr(a, method).remote(*args) for a in self.actors))
-        return results[0]
+        return (await self._each(method, *args))[0]
+
+    async def _each(self, method: str, *args: Any) -> list[Any]:
+        """`method(*args)` on every rank at once; each rank's result."""
+        return list(await asyncio.gather(*(getattr(a, method).remote(*args) for a in self.actors)))
 
     async def open_weight_sync(self, workers: list[Any], ranks: list[int]) -> bool:
         """Join rank 0 to the engines' weight transfer; whether the learner trains in bf16."""
@@ -94,13 +108,19 @@ class LearnerGroup:
         return state
 
     async def save_checkpoint(self, directory: Path, tag: str) -> None:
-        await self._all("save_checkpoint", str(directory), tag)
+        """Every rank saves its part of checkpoint `tag` into `directory` (the files of a
+        rank on another node are written here)."""
+        for parcel in await self._each("save_checkpoint", str(directory), tag):
+            receive(parcel, directory)
 
     async def save_model(self, directory: Path, about: dict[str, Any]) -> None:
-        await self._all("save_model", str(directory), about)
+        for parcel in await self._each("save_model", str(directory), about):
+            receive_replacing(parcel, directory)
 
     async def load_checkpoint(self, directory: Path, tag: str) -> int:
-        return int(await self._all("load_checkpoint", str(directory), tag))
+        """Every rank loads checkpoint `tag` of `directory` (shipped to ranks on other nodes);
+        the learner steps it holds."""
+        return int(await self._all("load_checkpoint", ship(directory / tag)))
 
     def kill(self) -> None:
         import ray
@@ -135,4 +155,20 @@ def _check_fits(ranks: int, bundle: dict[str, float]) -> None:
                 f"and the Ray cluster has {have:g}; set ray.learner_ranks to at most {most}"
                 + (" or lower ray.learner_num_gpus" if kind == "GPU" else "")
                 + ", or add nodes"
+            )
+
+
+def check_custom(what: str, count: int, resources: dict[str, float], setting: str) -> None:
+    """Refuse `count` actors (`what`) that each ask for custom `resources` (`setting`) no
+    nodes of the cluster have enough of: Ray would wait for them for ever."""
+    import ray
+
+    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    for kind, amount in resources.items():
+        have = float(total.get(kind, 0.0))
+        if count * amount > have:
+            raise AgentHubError(
+                f"{what} ask for {count * amount:g} of the custom resource {kind!r} ({setting}) "
+                f"and the Ray cluster's nodes have {have:g}; start a node with `ray start "
+                f"--resources='{{\"{kind}\": {count * amount:g}}}'`, or change {setting}"
             )

@@ -28,6 +28,7 @@ from agenthub.agents import EpisodeRunner, Timings, Trajectory
 from agenthub.agents._engines import rollout_config
 from agenthub.trainer._cluster import RayCluster
 from agenthub.trainer._config import TrainConfig
+from agenthub.trainer._shipping import Shipment
 from agenthub.trainer._workers import WorkerStats
 
 __all__ = ["SimCluster", "SimLearner", "SimModel", "SimRolloutWorker", "SimTasks"]
@@ -221,14 +222,14 @@ class SimRolloutWorker:
     def __init__(
         self,
         config: dict[str, Any],
-        model_path: str,
+        model_path: str | Shipment,
         rank: int,
         queue: Any,
         admission: Any,
         tasks_done: int = 0,
     ) -> None:
         self.config = TrainConfig.model_validate(config)
-        self.model = SimModel.load(model_path)
+        self.model = SimModel.load(Shipment.of(model_path).here())
         self.rank = rank
         self.queue = queue
         self.admission = admission
@@ -285,8 +286,8 @@ class SimLearner:
     its batch's tokens, a weight sync drives the engines through vLLM's control plane
     (`WorkersClient`) and sleeps for the transfer. Keeps when it was busy (`busy`)."""
 
-    def __init__(self, config: dict[str, Any], model_path: str) -> None:
-        self.model = SimModel.load(model_path)
+    def __init__(self, config: dict[str, Any], model_path: str | Shipment) -> None:
+        self.model = SimModel.load(Shipment.of(model_path).here())
         self.steps = 0
         self.intervals: list[tuple[float, float]] = []
         self.drains: list[tuple[float, float]] = []
@@ -339,8 +340,8 @@ class SimLearner:
 
         _write(Path(directory) / MODEL_CHECKPOINT, json.dumps(about or {}))
 
-    def load_checkpoint(self, directory: str, tag: str) -> int:
-        self.steps = int((Path(directory) / tag / "steps").read_text())
+    def load_checkpoint(self, checkpoint: str | Shipment) -> int:
+        self.steps = int((Shipment.of(checkpoint).here() / "steps").read_text())
         return self.steps
 
 

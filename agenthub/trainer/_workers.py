@@ -33,6 +33,7 @@ from agenthub.agents._engines import rollout_config
 from agenthub.agents._run_dir import split_tasks
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._library_logs import LIBRARY_LOG_ENV, route_library_logs
+from agenthub.trainer._shipping import Shipment
 
 __all__ = [
     "Admission",
@@ -180,7 +181,7 @@ class RolloutWorker:
     def __init__(
         self,
         config: dict[str, Any],
-        model_path: str,
+        model: str | Shipment,
         rank: int,
         queue: Any,
         admission: Any,
@@ -188,7 +189,8 @@ class RolloutWorker:
         life: int = 0,
     ) -> None:
         self.config = TrainConfig.model_validate(config)
-        self.model_path = model_path
+        self.model = Shipment.of(model)
+        """The policy's starting directory (of the driver's node: see `start`)."""
         self.rank = rank
         self.life = life
         """How many workers held this rank before (each replaced one that died)."""
@@ -204,6 +206,7 @@ class RolloutWorker:
         from agenthub.trainer._weight_sync import transfer_backend
 
         cfg = self.config
+        self.model_path = str(self.model.here())  # a node-local copy on another node
         self.chat = ChatTokenizer.from_pretrained(self.model_path)
         self.engine = VLLMEngine(
             self.model_path,
@@ -317,10 +320,13 @@ class LearnerWorker:
 
     A learner of one rank starts at once. Of several (`ray.learner_ranks`), rank 0 opens the
     group's store (`rendezvous`), then every rank joins (`join`) and starts its learner; each
-    call after that goes to every rank, rank 0's answer being the group's (`LearnerGroup`)."""
+    call after that goes to every rank, rank 0's answer being the group's (`LearnerGroup`).
+    A rank on another node than the driver's loads the model shipped from there, and returns
+    what it saves for the run directory, packed, for the driver to write
+    (`agenthub.trainer._shipping`)."""
 
     def __init__(
-        self, config: dict[str, Any], model_path: str, rank: int = 0, ranks: int = 1
+        self, config: dict[str, Any], model: str | Shipment, rank: int = 0, ranks: int = 1
     ) -> None:
         from transformers.utils import logging as transformers_logging
 
@@ -328,7 +334,8 @@ class LearnerWorker:
         # out of an actor as lines of their own between the run's bar and its log.
         transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         self.config = TrainConfig.model_validate(config)
-        self.model_path = model_path
+        self.model = Shipment.of(model)
+        self.model_path = str(self.model.here())
         self.rank, self.ranks = rank, ranks
         self.store: Any = None
         if ranks == 1:
@@ -404,12 +411,20 @@ class LearnerWorker:
                 pass
         return time.perf_counter() - started
 
-    def save_checkpoint(self, directory: str, tag: str) -> None:
-        self.learner.save_checkpoint(Path(directory), tag)
+    def save_checkpoint(self, directory: str, tag: str) -> bytes | None:
+        """This rank's part of checkpoint `tag` in the driver's `directory`: written there on
+        the driver's node, else returned packed."""
+        return self.model.write_at_origin(
+            directory, lambda at: self.learner.save_checkpoint(at, tag)
+        )
 
-    def save_model(self, directory: str, about: dict[str, Any] | None = None) -> None:
-        self.learner.save_model(Path(directory), about)
+    def save_model(self, directory: str, about: dict[str, Any] | None = None) -> bytes | None:
+        """The policy exported as the driver's `directory` (as `save_checkpoint`)."""
+        return self.model.write_at_origin(directory, lambda at: self.learner.save_model(at, about))
 
-    def load_checkpoint(self, directory: str, tag: str) -> int:
-        self.learner.load_checkpoint(Path(directory), tag)
+    def load_checkpoint(self, checkpoint: str | Shipment) -> int:
+        """Load the checkpoint directory `checkpoint` (its tag is its name); the learner's
+        steps it holds."""
+        with Shipment.of(checkpoint).opened() as path:
+            self.learner.load_checkpoint(path.parent, path.name)
         return self.learner.steps
