@@ -170,10 +170,12 @@ class RayCluster:
         self._drawn = list(tasks_drawn)
         """Where each rank's worker started in its task stream."""
         groups, staleness = cfg.algorithm.batch_groups, cfg.algorithm.max_staleness
+        # The gate and the queue live with the driver: the run outlives any other node.
+        here = {"num_cpus": 0, "scheduling_strategy": _this_node()}
         self.queue: TrajectoryQueue[list[Trajectory]] = TrajectoryQueue(
-            (staleness + 2) * groups, actor_options={"num_cpus": 0}
+            (staleness + 2) * groups, actor_options=here
         )
-        self.admission = _actor(Admission, num_cpus=0, max_concurrency=10_000).remote(
+        self.admission = _actor(Admission, max_concurrency=10_000, **here).remote(
             groups, staleness, version
         )
         self.learner = LearnerGroup(cfg, model, learner)
@@ -236,7 +238,11 @@ class RayCluster:
             ray.kill(actor)
 
     async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
-        return await self.queue.get_batch(most, timeout_s=timeout_s)
+        lost = self.queue.lost
+        got = await self.queue.get_batch(most, timeout_s=timeout_s)
+        if self.queue.lost > lost:  # queued by a worker lost since: their places go back
+            await self.admission.discard.remote(self.queue.lost - lost)
+        return got
 
     async def give_back(self, groups: int) -> None:
         await self.admission.discard.remote(groups)
@@ -459,6 +465,15 @@ def _join_ray(address: str, options: dict[str, Any]) -> None:
         ray.init(address=address, **options)
     except ConnectionError as exc:
         raise AgentHubError(f"could not join a Ray cluster at {address} ({exc}); {hint}") from None
+
+
+def _this_node() -> Any:
+    """Ray's placement on this process's node (soft: elsewhere where it cannot be)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    return NodeAffinitySchedulingStrategy(node, soft=True)
 
 
 def _actor(cls: type, **options: Any) -> Any:
