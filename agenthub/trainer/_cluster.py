@@ -468,12 +468,12 @@ def _join_ray(address: str, options: dict[str, Any]) -> None:
 
 
 def _this_node() -> Any:
-    """Ray's placement on this process's node (soft: elsewhere where it cannot be)."""
+    """Ray's placement on this process's node, and no other."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     node = ray.get_runtime_context().get_node_id()
-    return NodeAffinitySchedulingStrategy(node, soft=True)
+    return NodeAffinitySchedulingStrategy(node, soft=False)
 
 
 def _actor(cls: type, **options: Any) -> Any:
