@@ -418,7 +418,8 @@ class _TokenRate:
         self.tokens, self.time = tokens, time.monotonic()
 
     def update(self, tokens: int, now: float) -> float:
-        rate = (tokens - self.tokens) / max(now - self.time, 1e-9)
+        # A lost worker's tokens leave the sum (a replacement counts from 0): never below 0.
+        rate = max(tokens - self.tokens, 0) / max(now - self.time, 1e-9)
         self.tokens, self.time = tokens, now
         return rate
 
