@@ -390,6 +390,7 @@ class VLLMEngine(InferenceEngine):
         self._closed = False
         self._updates = UpdateGate(self._llm, weight_update)
         self._incoming = 0  # the policy version of the weight-transfer round under way
+        self._round: str | None = None  # that round "started", or its weights "received"
         self.spanning_generations = 0
         """Generations that a weight-transfer round landed in the middle of (`keep`)."""
         self._broken: str | None = None  # why requests are refused after a failed round
@@ -495,6 +496,7 @@ class VLLMEngine(InferenceEngine):
         from agenthub.agents import _vllm_compat as compat
 
         self._check_open("init_weight_transfer")
+        await self._end_abandoned_round()
         await compat.init_weight_transfer(self._llm, init_info)
 
     async def start_weight_update(self, version: int) -> None:
@@ -510,7 +512,7 @@ class VLLMEngine(InferenceEngine):
         except BaseException as exc:
             await self._fail_round(exc)
             raise
-        self._incoming = version
+        self._incoming, self._round = version, "started"
 
     async def receive_weights(self, update_info: dict[str, Any]) -> None:
         """Receive one round's weights from the trainer's broadcast (vLLM's `update_weights`);
@@ -522,6 +524,7 @@ class VLLMEngine(InferenceEngine):
         except BaseException as exc:
             await self._fail_round(exc)
             raise
+        self._round = "received"
 
     async def finish_weight_update(self) -> None:
         """End the round: vLLM finalizes the loaded weights, cached KV blocks (computed by the
@@ -534,12 +537,26 @@ class VLLMEngine(InferenceEngine):
         except BaseException as exc:
             await self._fail_round(exc)
             raise
+        self._round = None
+
+    async def _end_abandoned_round(self) -> None:
+        """End a round its trainer left between calls (another engine of its group died): the
+        weights it holds, old or wholly received, stand under their own version, and the
+        requests it held go on."""
+        if self._round is None:
+            return
+        await self._llm.finish_weight_update()
+        if self._round == "received":
+            self.set_policy_version(self._incoming)
+        self._round = None
+        await self._updates.end()
 
     async def _fail_round(self, exc: BaseException) -> None:
         """A round that failed part-way leaves weights that are neither the old nor the new
         ones: the engine refuses requests from then on, the held ones included."""
         from agenthub.agents import _vllm_compat as compat
 
+        self._round = None
         self._broken = (
             f"a weight sync failed part-way ({described(exc)}), so the engine's "
             "weights are neither the old nor the new ones; start a new engine (a training run "

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from agenthub.trainer._batch import TrainBatch
     from agenthub.trainer._workers import WorkerStats
 
-__all__ = ["Cluster", "Lost", "RayCluster", "start_ray"]
+__all__ = ["Cluster", "Lost", "RayCluster", "Replaced", "start_ray"]
 
 _OUTPUT_TO_STDERR = "agenthub.trainer._workers.output_to_stderr"
 """Ray's set-up hook for every process of the run (a name: Ray imports it there)."""
@@ -44,6 +44,17 @@ class Lost:
 
     learner: BaseException | None = None
     workers: dict[int, BaseException] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """What replacing dead rollout workers came to: the episodes the dead ones had in flight
+    (lost), the ranks whose new worker found no room in the Ray cluster in time (given up: the
+    run goes on without them), and the rollout workers the run has now."""
+
+    episodes_lost: int
+    given_up: list[int]
+    workers: int
 
 
 class Cluster(Protocol):
@@ -114,10 +125,12 @@ class Cluster(Protocol):
         """Which of the run's processes have died."""
         ...
 
-    async def replace_workers(self, ranks: list[int], version: int) -> int:
+    async def replace_workers(self, ranks: list[int], version: int) -> Replaced:
         """Start a new rollout worker in place of each dead one of `ranks`, going on from the
         tasks its predecessor had drawn, with the weights of policy `version`, and set it
-        playing; the episodes the dead ones had in flight (lost)."""
+        playing. One that finds no room in the cluster within `run.worker_placement_timeout_s`
+        is given up: the admission gate, the weight sync and the episodes in flight then count
+        the workers left."""
         ...
 
     async def episodes_in_flight(self) -> int:
@@ -161,18 +174,22 @@ class RayCluster:
         self._drawn = list(tasks_drawn)
         """Where each rank's worker started in its task stream."""
         groups, staleness = cfg.algorithm.batch_groups, cfg.algorithm.max_staleness
+        # The gate and the queue live with the driver: the run outlives any other node.
+        here = {"num_cpus": 0, "scheduling_strategy": _this_node()}
         self.queue: TrajectoryQueue[list[Trajectory]] = TrajectoryQueue(
-            (staleness + 2) * groups, actor_options={"num_cpus": 0}
+            (staleness + 2) * groups, actor_options=here
         )
-        self.admission = _actor(Admission, num_cpus=0, max_concurrency=10_000).remote(
+        self.admission = _actor(Admission, max_concurrency=10_000, **here).remote(
             groups, staleness, version
         )
         self.learner = LearnerGroup(cfg, model, learner)
-        self.workers = [
-            self._new_worker(rank, tasks_drawn[rank], 0) for rank in range(cfg.ray.rollout_workers)
-        ]
+        self.workers: dict[int, Any] = {
+            rank: self._new_worker(rank, tasks_drawn[rank], 0)
+            for rank in range(cfg.ray.rollout_workers)
+        }
+        """The live rollout workers by rank (a rank given up has none)."""
         self._lives = [0] * len(self.workers)
-        self._running: list[Any] = []
+        self._running: dict[int, Any] = {}
         self._started = False
 
     def _new_worker(self, rank: int, drawn: int, life: int) -> Any:
@@ -190,23 +207,26 @@ class RayCluster:
 
     async def start(self) -> None:
         """Start every worker's engine and env, and join the learner's ranks."""
-        await asyncio.gather(self.learner.start(), *(w.start.remote() for w in self.workers))
+        await asyncio.gather(
+            self.learner.start(), *(w.start.remote() for w in self.workers.values())
+        )
         self._started = True
         await self._write_processes()
 
     async def open_weight_sync(self) -> bool:
         """Join the engines to the learner's weight transfer; whether the learner trains in
         bf16 (as it resolved `learner.bf16`)."""
-        ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in self.workers))
-        return await self.learner.open_weight_sync(self.workers, list(ranks))
+        workers = list(self.workers.values())
+        ranks = await asyncio.gather(*(w.weight_transfer_ranks.remote() for w in workers))
+        return await self.learner.open_weight_sync(workers, list(ranks))
 
     def run_workers(self) -> None:
-        self._running = [w.run.remote() for w in self.workers]
+        self._running = {rank: w.run.remote() for rank, w in self.workers.items()}
 
     def stop_workers(self) -> None:
         import ray
 
-        for ref in self._running:
+        for ref in self._running.values():
             ray.cancel(ref)
 
     async def aclose(self) -> None:
@@ -214,14 +234,19 @@ class RayCluster:
 
         self.stop_workers()
         if self._started:  # else a worker may be inside vLLM's start-up, which nothing cuts
-            await asyncio.gather(*(w.close.remote() for w in self.workers), return_exceptions=True)
+            closing = (w.close.remote() for w in self.workers.values())
+            await asyncio.gather(*closing, return_exceptions=True)
         self.queue.shutdown()
         self.learner.kill()
-        for actor in [self.admission, *self.workers]:
+        for actor in [self.admission, *self.workers.values()]:
             ray.kill(actor)
 
     async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
-        return await self.queue.get_batch(most, timeout_s=timeout_s)
+        lost = self.queue.lost
+        got = await self.queue.get_batch(most, timeout_s=timeout_s)
+        if self.queue.lost > lost:  # queued by a worker lost since: their places go back
+            await self.admission.discard.remote(self.queue.lost - lost)
+        return got
 
     async def give_back(self, groups: int) -> None:
         await self.admission.discard.remote(groups)
@@ -231,7 +256,7 @@ class RayCluster:
 
         if not self._running:
             return
-        done, _ = ray.wait(self._running, timeout=0)
+        done, _ = ray.wait(list(self._running.values()), timeout=0)
         for ref in done:
             ray.get(ref)  # raises the worker's error
             raise AgentHubError("a rollout worker stopped producing episodes")
@@ -251,13 +276,19 @@ class RayCluster:
         await self.admission.set_version.remote(version)
 
     async def worker_stats(self) -> list[WorkerStats | None]:
+        """Each rank's, None for a worker that died or a rank given up."""
         stats = await asyncio.gather(
-            *(w.stats.remote() for w in self.workers), return_exceptions=True
+            *(w.stats.remote() for w in self.workers.values()), return_exceptions=True
         )
-        return [None if isinstance(s, BaseException) else s for s in stats]
+        by_rank = dict(zip(self.workers, stats, strict=True))
+        return [
+            None if isinstance(s := by_rank.get(rank), BaseException) else s
+            for rank in range(len(self._lives))
+        ]
 
     async def evaluate(self, cfg: HeldOutConfig) -> EvalSummary:
-        result: EvalSummary = await self.workers[0].evaluate.remote(
+        first = self.workers[min(self.workers)]
+        result: EvalSummary = await first.evaluate.remote(
             cfg.tasks, cfg.split, cfg.temperature, cfg.samples_per_task
         )
         return result
@@ -285,35 +316,61 @@ class RayCluster:
 
         # One rank lost is the whole learner lost: the others wait on it in every collective.
         ranks = len(self.learner.actors)
-        deaths = await asyncio.gather(*(death(a) for a in [*self.learner.actors, *self.workers]))
+        actors = [*self.learner.actors, *self.workers.values()]
+        deaths = await asyncio.gather(*(death(a) for a in actors))
         learner = next((e for e in deaths[:ranks] if e is not None), None)
-        workers = {rank: e for rank, e in enumerate(deaths[ranks:]) if e is not None}
+        found = zip(self.workers, deaths[ranks:], strict=True)
+        workers = {rank: e for rank, e in found if e is not None}
         return Lost(learner, workers)
 
-    async def replace_workers(self, ranks: list[int], version: int) -> int:
+    async def replace_workers(self, ranks: list[int], version: int) -> Replaced:
         """Each new worker is its rank's next life: the admission gate ignores what the dead
-        one still had pending there. Every engine then joins a new weight-transfer group with
-        the learner (the old one had a dead member) and gets the weights of `version`."""
+        one still had pending there, and has given its places back. A rank whose new worker
+        is not placed in time is left empty (its share of the tasks waits for a resumed run).
+        Every engine left then joins a new weight-transfer group with the learner (the old one
+        had a dead member) and gets the weights of `version`."""
         import ray
 
+        playing = bool(self._running)
         lost_groups = 0
         for rank in ranks:
-            ray.kill(self.workers[rank], no_restart=True)
+            ray.kill(self.workers.pop(rank), no_restart=True)
+            self._running.pop(rank, None)
             groups, drawn = await self.admission.forget.remote(rank)
             lost_groups += groups
             if drawn is not None:
                 self._drawn[rank] = drawn
             self._lives[rank] += 1
-            self.workers[rank] = self._new_worker(rank, self._drawn[rank], self._lives[rank])
-        await asyncio.gather(*(self.workers[rank].start.remote() for rank in ranks))
-        await self.open_weight_sync()
-        await self.send_weights(version)
-        await self.admit_version(version)
-        for rank in ranks:
-            if rank < len(self._running):
-                self._running[rank] = self.workers[rank].run.remote()
-        await self._write_processes()
-        return lost_groups * self.cfg.rollout.n_samples_per_prompt
+        new = {rank: self._new_worker(rank, self._drawn[rank], self._lives[rank]) for rank in ranks}
+        placed = await asyncio.gather(*(self._placed(w) for w in new.values()))
+        new = {rank: w for (rank, w), ok in zip(new.items(), placed, strict=True) if ok}
+        episodes = lost_groups * self.cfg.rollout.n_samples_per_prompt
+        given_up = [rank for rank in ranks if rank not in new]
+        if new or self.workers:
+            await asyncio.gather(*(w.start.remote() for w in new.values()))
+            self.workers = dict(sorted({**self.workers, **new}.items()))
+            await self.open_weight_sync()
+            await self.send_weights(version)
+            await self.admit_version(version)
+            if playing:
+                self._running |= {rank: w.run.remote() for rank, w in new.items()}
+            await self._write_processes()
+        return Replaced(episodes, given_up, len(self.workers))
+
+    async def _placed(self, worker: Any) -> bool:
+        """Whether the new actor `worker` found room in the cluster and came up within
+        `run.worker_placement_timeout_s`; if not, it is killed (Ray would keep it waiting for
+        a node for ever)."""
+        import ray
+
+        try:
+            await asyncio.wait_for(
+                worker.__ray_ready__.remote(), self.cfg.run.worker_placement_timeout_s
+            )
+        except TimeoutError:
+            ray.kill(worker, no_restart=True)
+            return False
+        return True
 
     async def episodes_in_flight(self) -> int:
         groups = int(await self.admission.groups_in_flight.remote()) + self.queue.qsize()
@@ -331,7 +388,7 @@ class RayCluster:
         def where(actor: Any) -> Any:
             return actor.__ray_call__.remote(lambda self: (os.getpid(), node_id()))
 
-        ranks, actors = len(self.learner.actors), [*self.learner.actors, *self.workers]
+        ranks, actors = len(self.learner.actors), [*self.learner.actors, *self.workers.values()]
         pids, nodes = zip(*await asyncio.gather(*(where(a) for a in actors)), strict=True)
         about = {"learner": pids[0], "learner_ranks": pids[:ranks], "rollout_workers": pids[ranks:]}
         about["nodes"] = {"driver": node_id(), "learner_ranks": nodes[:ranks]}
@@ -415,6 +472,15 @@ def _join_ray(address: str, options: dict[str, Any]) -> None:
         ray.init(address=address, **options)
     except ConnectionError as exc:
         raise AgentHubError(f"could not join a Ray cluster at {address} ({exc}); {hint}") from None
+
+
+def _this_node() -> Any:
+    """Ray's placement on this process's node, and no other."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    return NodeAffinitySchedulingStrategy(node, soft=False)
 
 
 def _actor(cls: type, **options: Any) -> Any:

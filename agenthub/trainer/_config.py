@@ -178,6 +178,14 @@ class RunConfig(ConfigSection):
     """A learner whose process dies is restarted from the last checkpoint (the steps since are
     taken again; from step 0 before the first checkpoint), up to this many times in the run's
     session; one more stops the run with the cause. 0: a lost learner stops the run."""
+    worker_placement_timeout_s: float = Field(120.0, gt=0)
+    """How long a lost rollout worker's replacement may wait for room in the Ray cluster (a
+    CPU, and `ray.worker_num_gpus` GPUs). Past it, as when the node the worker ran on is gone
+    and no other node has room, its place is given up and the run goes on with the workers it
+    has; with none left, it stops (checkpointing first) with the cause."""
+
+
+_RAY_OWN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 
 
 _RAY_OWN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")

@@ -48,13 +48,16 @@ class FaultCounts:
 @dataclass(frozen=True)
 class RunSummary:
     """What a finished (or stopped) run returns: its steps, why it stopped, its time, the
-    held-out reward it started and ended with (None without one) and the faults it met."""
+    held-out reward it started and ended with (None without one), the rollout workers it ended
+    with (fewer than `ray.rollout_workers` when a lost one found no room for its replacement)
+    and the faults it met."""
 
     steps: int
     stopped: StopReason
     elapsed_s: float
     last_eval_reward: float | None
     first_eval_reward: float | None
+    rollout_workers: int
     faults: FaultCounts = field(default_factory=FaultCounts)
 
     @property

@@ -138,7 +138,7 @@ class Trainer:
         self.held_out = HeldOutRewards()
         run = config.run
         self.faults = Faults(run.max_worker_restarts, run.max_learner_restarts, log)
-        self.recovery = Recovery(self.faults)
+        self.recovery = Recovery(self.faults, config, self.dir.how_to_go_on)
         self._make_cluster = cluster
         self._set_up = False  # the run directory holds this run (--resume can find it)
 
@@ -193,8 +193,7 @@ class Trainer:
                 try:
                     return await self._open_session(make_cluster, state, restarted)
                 except LearnerLost as lost:
-                    state = self._restart_point(lost)
-                    restarted = True
+                    state, restarted = self._restart_point(lost), True
 
     async def _open_session(
         self, make_cluster: ClusterFactory, state: CheckpointState | None, restarted: bool
@@ -203,6 +202,7 @@ class Trainer:
         cfg = self.config
         start = _Start.of(state, cfg)
         cluster = make_cluster(cfg, start.step, start.tasks_drawn)
+        self.recovery.new_session()
         try:
             metrics = MetricsLog(
                 self.dir.path,
@@ -311,6 +311,8 @@ class Trainer:
                             at.step, clock.elapsed(), p.publisher.pending
                         )
                     p.publisher.forget_failure()
+                    if (stop := self.recovery.stop_error()) is not None:  # once saved
+                        raise stop from exc
                     raise
         finally:
             await upcoming.cancel()
@@ -406,10 +408,8 @@ class Trainer:
 
     def _summary(self, step: int, elapsed_s: float) -> RunSummary:
         reason = self.control.reason or StopReason("stopped", "stopped")
-        held_out = self.held_out
-        return RunSummary(
-            step, reason, elapsed_s, held_out.last, held_out.first, self.faults.counts
-        )
+        h, workers = self.held_out, self.recovery.workers
+        return RunSummary(step, reason, elapsed_s, h.last, h.first, workers, self.faults.counts)
 
 
 class _TokenRate:
@@ -419,7 +419,8 @@ class _TokenRate:
         self.tokens, self.time = tokens, time.monotonic()
 
     def update(self, tokens: int, now: float) -> float:
-        rate = (tokens - self.tokens) / max(now - self.time, 1e-9)
+        # A lost worker's tokens leave the sum (a replacement counts from 0): never below 0.
+        rate = max(tokens - self.tokens, 0) / max(now - self.time, 1e-9)
         self.tokens, self.time = tokens, now
         return rate
 

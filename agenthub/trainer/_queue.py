@@ -37,6 +37,8 @@ class TrajectoryQueue(Generic[T]):
         self.poll_s = poll_s
         self._queue = Queue(maxsize=maxsize, actor_options=actor_options or {})
         self._actor: Any = self._queue.actor  # a Ray actor handle; typed loosely by Ray
+        self.lost = 0
+        """Items taken whose batch was lost with the process (or node) that put it."""
 
     async def put_batch(self, items: Sequence[T], *, timeout_s: float | None = None) -> None:
         """Add all `items` at once, waiting for room; `TimeoutError` after `timeout_s`."""
@@ -65,7 +67,10 @@ class TrajectoryQueue(Generic[T]):
                 delay = min(delay * 2, 0.1)
 
     async def get_batch(self, max_items: int, *, timeout_s: float | None = None) -> list[T]:
-        """Wait for at least one item, then take up to `max_items` without waiting more."""
+        """Wait for at least one item, then take up to `max_items` without waiting more. Items
+        whose batch is gone (its putter, which owned it, died; its node was lost) are left out
+        and counted in `lost`: fewer, or none, may come back."""
+        from ray.exceptions import ObjectLostError
         from ray.util.queue import Empty
 
         try:
@@ -77,11 +82,16 @@ class TrajectoryQueue(Generic[T]):
         if more > 0:
             with contextlib.suppress(Empty):  # another consumer may have taken them first
                 entries += await self._actor.get_nowait_batch.remote(more)
-        batches: dict[Any, list[T]] = {}
+        batches: dict[Any, list[T] | None] = {}
         for ref, _ in entries:
             if ref not in batches:
-                batches[ref] = await ref
-        return [batches[ref][i] for ref, i in entries]
+                try:
+                    batches[ref] = await ref
+                except ObjectLostError:
+                    batches[ref] = None
+        got = [batch[i] for ref, i in entries if (batch := batches[ref]) is not None]
+        self.lost += len(entries) - len(got)
+        return got
 
     def qsize(self) -> int:
         return int(self._queue.qsize())

@@ -1,13 +1,17 @@
 """Recovery from a lost process: a rollout worker that died is replaced in the running
-session; a learner that died (any one of its ranks: the others wait on it in every collective)
-ends the session, and the driver starts a new one, every rank new, from the last checkpoint
-(`LearnerLost`). Both are counted and bounded by `Faults`."""
+session (or, when the cluster has no room for it in time, as after the loss of its node, the
+run goes on without it); a learner that died (any one of its ranks: the others wait on it in
+every collective) ends the session, and the driver starts a new one, every rank new, from the
+last checkpoint (`LearnerLost`). Both are counted and bounded by `Faults`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
-from agenthub.trainer._cluster import Cluster
+from agenthub._errors import AgentHubError
+from agenthub.trainer._cluster import Cluster, Replaced
+from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._control import Faults
 from agenthub.trainer._publisher import WeightPublisher
 
@@ -15,7 +19,8 @@ __all__ = ["LearnerLost", "Outcome", "Recovery"]
 
 Outcome = Literal["go_on", "learner_dead", "failed"]
 """After an error: the run goes on (dead workers replaced), the learner is dead beyond its
-budget (nothing left to checkpoint), or the error stands."""
+budget (nothing left to checkpoint), or the run fails (with `Recovery.cause`, or else with
+the error itself)."""
 
 SETTLE_S = 180.0
 """How long a weight sync in flight when a worker died may take to fail (a broadcast to a
@@ -37,8 +42,20 @@ class Recovery:
     """Told of an error that ended a run's steps, finds whether a process of the run died
     and, within the fault budget, brings the run back."""
 
-    def __init__(self, faults: Faults) -> None:
+    def __init__(self, faults: Faults, cfg: TrainConfig, how_to_go_on: Callable[[], str]) -> None:
         self.faults = faults
+        self.how_to_go_on = how_to_go_on
+        """The sentence that tells how to continue the run from its checkpoint."""
+        self.rollout_workers = cfg.ray.rollout_workers
+        self.placement_timeout_s = cfg.run.worker_placement_timeout_s
+        self.workers = self.rollout_workers
+        """The rollout workers the session has (fewer once a lost one is given up)."""
+        self._given_up: list[int] = []
+        """The ranks given up when the last workers were: the run cannot go on."""
+
+    def new_session(self) -> None:
+        """A new session starts every rollout worker again."""
+        self.workers = self.rollout_workers
 
     async def recover(
         self, cluster: Cluster, publisher: WeightPublisher, error: Exception, step: int
@@ -57,9 +74,49 @@ class Recovery:
         if not await publisher.settle(SETTLE_S):
             return "failed"
         ranks = sorted(lost.workers)
-        episodes = await cluster.replace_workers(ranks, step)
-        named = ", ".join(str(rank) for rank in ranks)
-        self.faults.survived(
-            episodes, f"rollout worker {named} replaced, its engine at policy version {step}"
-        )
+        replaced = await cluster.replace_workers(ranks, step)
+        self.workers = replaced.workers
+        if not replaced.workers:
+            self._given_up = replaced.given_up
+            return "failed"
+        self.faults.survived(replaced.episodes_lost, self._said(ranks, replaced, step))
         return "go_on"
+
+    def _said(self, ranks: list[int], replaced: Replaced, step: int) -> str:
+        """The fault line's account of the workers: replaced, or given up."""
+        back = [rank for rank in ranks if rank not in replaced.given_up]
+        said = []
+        if back:
+            said.append(
+                f"rollout worker {_named(back)} replaced, its engine at policy version {step}"
+            )
+        if replaced.given_up:
+            said.append(
+                f"rollout worker {_named(replaced.given_up)} not replaced ({self._no_room()}): "
+                f"{replaced.workers} of {self.rollout_workers} rollout workers left"
+            )
+        return "; ".join(said)
+
+    def stop_error(self) -> AgentHubError | None:
+        """After a "failed" outcome: the error the run stops with, once checkpointed, where it
+        is not the one `recover` was told of (None): its last workers could not be replaced."""
+        if not self._given_up:
+            return None
+        return AgentHubError(
+            f"no rollout worker is left: rollout worker {_named(self._given_up)} died and "
+            f"{self._no_room()}, as when the Ray node it ran on is lost. Add a node to the "
+            "Ray cluster or free room on one before the run goes on, or give a replacement "
+            "longer with a larger run.worker_placement_timeout_s. "
+            f"{self.how_to_go_on()}"
+        )
+
+    def _no_room(self) -> str:
+        """Why a lost worker was given up."""
+        return (
+            "the Ray cluster had no room for a new worker within "
+            f"run.worker_placement_timeout_s={self.placement_timeout_s:g} s"
+        )
+
+
+def _named(ranks: list[int]) -> str:
+    return ", ".join(str(rank) for rank in ranks)

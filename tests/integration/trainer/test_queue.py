@@ -1,5 +1,7 @@
 """TrajectoryQueue on a real local Ray instance."""
 
+import os
+import signal
 from collections.abc import Iterator
 
 import anyio
@@ -52,4 +54,29 @@ async def test_a_blocked_producer_resumes_when_the_consumer_takes(local_ray: Non
             group.start_soon(produce)
             group.start_soon(consume)
     assert got == list(range(40))
+    queue.shutdown()
+
+
+@ray.remote(num_cpus=0)
+class _Producer:
+    """A rollout worker's side of the queue: its batches are its own objects in Ray."""
+
+    async def put(self, queue: TrajectoryQueue[int], items: list[int]) -> int:
+        await queue.put_batch(items)
+        return os.getpid()
+
+
+async def test_the_batches_of_a_dead_producer_are_left_out_and_counted(local_ray: None) -> None:
+    queue: TrajectoryQueue[int] = TrajectoryQueue(maxsize=8)
+    await queue.put_batch([0, 1])
+    producer = _Producer.remote()  # type: ignore[attr-defined]
+    pid = await producer.put.remote(queue, [2, 3, 4])
+    await queue.put_batch([5])
+    os.kill(pid, signal.SIGKILL)  # as a lost worker's process, or node: its batch goes with it
+    with anyio.fail_after(60):
+        with pytest.raises(ray.exceptions.RayActorError):
+            await producer.__ray_ready__.remote()
+        await anyio.sleep(5)  # the owner's death reaches those who hold its objects a bit later
+        assert await queue.get_batch(10) == [0, 1, 5]
+    assert queue.lost == 3
     queue.shutdown()

@@ -14,7 +14,7 @@ from agenthub.agents import Timings, Trajectory
 from agenthub.agents._eval_summary import EvalSummary, TokenCounts
 from agenthub.agents._trajectory import EpisodeError
 from agenthub.trainer._batch import TrainBatch
-from agenthub.trainer._cluster import Lost
+from agenthub.trainer._cluster import Lost, Replaced
 from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._workers import WorkerStats
@@ -85,12 +85,13 @@ def informative(version: int) -> list[list[Trajectory]]:
 
 @dataclass
 class Kills:
-    """When the fake's processes die, shared by every cluster a run makes: rollout worker 0
-    once the learner reaches each step of `worker_at` (before its next batch), the learner
-    during each learner step of `learner_at`. Each happens once."""
+    """When the fake's processes die, shared by every cluster a run makes: rollout worker
+    `worker_rank` once the learner reaches each step of `worker_at` (before its next batch),
+    the learner during each learner step of `learner_at`. Each happens once."""
 
     worker_at: list[int] = field(default_factory=list)
     learner_at: list[int] = field(default_factory=list)
+    worker_rank: int = 0
 
 
 class ProcessDied(Exception):
@@ -100,7 +101,9 @@ class ProcessDied(Exception):
 class FakeCluster:
     """Rollout workers whose queue gives `groups(version)` at each take (a timeout when it
     gives none), a learner that counts its steps and writes checkpoints as directories, and
-    held-out evaluations answered from `eval_rewards` (0.5 once they run out)."""
+    held-out evaluations answered from `eval_rewards` (0.5 once they run out). The Ray
+    cluster has room for `room` replacement workers (None: any number); a dead worker with
+    none is given up, as when its node is lost."""
 
     def __init__(
         self,
@@ -112,6 +115,7 @@ class FakeCluster:
         eval_rewards: list[float] | None = None,
         on_learn: Callable[[int], None] | None = None,
         kills: Kills | None = None,
+        room: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.version = version
@@ -128,6 +132,9 @@ class FakeCluster:
         self.closed = False
         self.kills = kills or Kills()
         self.dead_workers: set[int] = set()
+        self.workers = set(range(cfg.ray.rollout_workers))
+        """The ranks with a worker (dead or alive): a rank given up has none."""
+        self.room = room
         self.learner_dead = False
         self.replaced: list[tuple[list[int], int, list[int]]] = []
         """Each replacement: the ranks, the policy version, and the tasks drawn then."""
@@ -151,13 +158,15 @@ class FakeCluster:
         await asyncio.sleep(0)
         if self.version in self.kills.worker_at:
             self.kills.worker_at.remove(self.version)
-            self.dead_workers.add(0)
+            self.dead_workers.add(self.kills.worker_rank)
         if self.dead_workers:
             raise TimeoutError("no trajectory arrived")
         got = self.groups(self.version)[:most]
         if not got:
             raise TimeoutError("no trajectory arrived")
-        self.tasks_drawn = [n + len(got) for n in self.tasks_drawn]
+        self.tasks_drawn = [
+            n + len(got) if rank in self.workers else n for rank, n in enumerate(self.tasks_drawn)
+        ]
         return got
 
     async def give_back(self, groups: int) -> None:
@@ -188,7 +197,10 @@ class FakeCluster:
         self.admitted = version
 
     async def worker_stats(self) -> list[WorkerStats | None]:
-        return [WorkerStats(n, 10 * n, self.version) for n in self.tasks_drawn]
+        return [
+            WorkerStats(n, 10 * n, self.version) if rank in self.workers else None
+            for rank, n in enumerate(self.tasks_drawn)
+        ]
 
     async def evaluate(self, cfg: HeldOutConfig) -> dict[str, Any]:
         return evaluation(self.eval_rewards.pop(0) if self.eval_rewards else 0.5)
@@ -208,12 +220,17 @@ class FakeCluster:
         learner = ProcessDied("the learner died") if self.learner_dead else None
         return Lost(learner, {rank: ProcessDied("killed") for rank in self.dead_workers})
 
-    async def replace_workers(self, ranks: list[int], version: int) -> int:
+    async def replace_workers(self, ranks: list[int], version: int) -> Replaced:
         """Two episodes of each dead worker were in flight."""
+        placed = ranks if self.room is None else ranks[: self.room]
+        if self.room is not None:
+            self.room -= len(placed)
+        given_up = [rank for rank in ranks if rank not in placed]
         self.dead_workers.difference_update(ranks)
+        self.workers.difference_update(given_up)
         self.version = version
-        self.replaced.append((ranks, version, list(self.tasks_drawn)))
-        return 2 * len(ranks)
+        self.replaced.append((placed, version, list(self.tasks_drawn)))
+        return Replaced(2 * len(ranks), given_up, len(self.workers))
 
     async def episodes_in_flight(self) -> int:
         return 4

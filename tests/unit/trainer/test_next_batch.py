@@ -5,6 +5,7 @@ dead worker's groups come back."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ pytest.importorskip("torch", reason="the trainer needs the train extra")
 from agenthub.agents import Trajectory
 from agenthub.trainer import Trainer
 from agenthub.trainer._assembly import BatchAssembler
+from agenthub.trainer._cluster import Replaced
 from agenthub.trainer._config import TrainConfig, load_config
 from agenthub.trainer._control import FaultCounts, RunControl
 from agenthub.trainer._metrics import read_metrics
@@ -99,12 +101,12 @@ class _GatedWorker(SlowLearner):
         await self.gate.set_version(version)
         await super().admit_version(version)
 
-    async def replace_workers(self, ranks: list[int], version: int) -> int:
+    async def replace_workers(self, ranks: list[int], version: int) -> Replaced:
         lost, _ = await self.gate.forget(0)
         self.playing.clear()
         self.life += 1
-        await super().replace_workers(ranks, version)
-        return 2 * lost
+        replaced = await super().replace_workers(ranks, version)
+        return dataclasses.replace(replaced, episodes_lost=2 * lost)
 
 
 def test_a_worker_lost_while_the_next_batch_is_assembled_loses_no_group(tmp_path: Path) -> None:

@@ -1,0 +1,91 @@
+"""A lost Ray node, on an in-memory cluster: the rollout worker it held comes back where the
+cluster has room, the run goes on with fewer workers where it has none, and stops with the
+cause when none is left. The same on a real two-node Ray cluster runs in
+tests/integration/trainer/test_node_loss.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="the trainer needs the train extra")
+
+from agenthub import AgentHubError
+from agenthub.trainer import RunDirectory
+from agenthub.trainer._control import FaultCounts
+
+from ._fakes import Kills
+from .test_trainer_loop import _train, _trained
+
+NOT_PLACED = (
+    "rollout worker 1 not replaced (the Ray cluster had no room for a new worker within "
+    "run.worker_placement_timeout_s=45 s): 1 of 2 rollout workers left; 2 episode(s) in "
+    "flight lost, the run goes on"
+)
+
+
+def test_a_lost_worker_comes_back_where_the_cluster_has_room(tmp_path: Path) -> None:
+    trainer, clusters, said, _ = _train(
+        tmp_path,
+        "run.max_steps=4",
+        "ray.rollout_workers=2",
+        kills=Kills(worker_at=[2], worker_rank=1),
+        room=1,
+    )
+    summary = trainer.run()
+    assert summary.steps == 4 and _trained(tmp_path) == [1, 2, 3, 4]
+    assert summary.rollout_workers == 2 and summary.to_json()["rollout_workers"] == 2
+    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
+    assert [(ranks, version) for ranks, version, _ in clusters.made[0].replaced] == [([1], 2)]
+    assert (
+        "rollout worker 1 replaced, its engine at policy version 2; 2 episode(s) in flight "
+        "lost, the run goes on" in said
+    )
+
+
+def test_a_lost_worker_with_no_room_leaves_the_run_fewer_workers(tmp_path: Path) -> None:
+    trainer, clusters, said, _ = _train(
+        tmp_path,
+        "run.max_steps=5",
+        "ray.rollout_workers=2",
+        "run.worker_placement_timeout_s=45",
+        kills=Kills(worker_at=[3], worker_rank=1),
+        room=0,
+    )
+    summary = trainer.run()
+    assert summary.steps == 5 and summary.stopped.kind == "max_steps"
+    assert _trained(tmp_path) == [1, 2, 3, 4, 5], "no step lost or taken twice"
+    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
+    assert summary.rollout_workers == 1, "the run ended with the workers it had left"
+    assert any(line.startswith("rollout worker 1 died") for line in said)
+    assert NOT_PLACED in said
+    assert len(clusters.made) == 1 and clusters.made[0].workers == {0}
+    state = RunDirectory(tmp_path).state()
+    assert state is not None and state.step == 5
+    # Worker 1's place in its task stream is the last one checkpointed (step 2, two groups
+    # a take), for a resumed run with both workers; worker 0 went on.
+    assert state.tasks_drawn == [10, 4]
+
+
+def test_a_run_left_with_no_worker_stops_with_the_cause(tmp_path: Path) -> None:
+    trainer, clusters, said, _ = _train(
+        tmp_path, "run.max_steps=9", kills=Kills(worker_at=[3]), room=0
+    )
+    with pytest.raises(AgentHubError) as failed:
+        trainer.run()
+    message = str(failed.value)
+    assert message.startswith(
+        "no rollout worker is left: rollout worker 0 died and the Ray cluster had no room for "
+        "a new worker within run.worker_placement_timeout_s=120 s, as when the Ray node it ran "
+        "on is lost. Add a node to the Ray cluster"
+    )
+    assert message.endswith(
+        f"It is checkpointed at step 3: continue it with agenthub train --out {tmp_path} --resume"
+    )
+    assert _trained(tmp_path) == [1, 2, 3]
+    state = RunDirectory(tmp_path).state()
+    assert state is not None and state.step == 3, "checkpointed before it stops"
+    assert trainer.faults.counts == FaultCounts(seen=1, survived=0, episodes_lost=0)
+    assert not any("the run goes on" in line for line in said)
+    assert clusters.made[0].closed
