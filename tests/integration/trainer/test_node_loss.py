@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.integration._ray_nodes import HEAD, SECOND, ray_env, two_nodes
+from tests.integration.trainer.test_chaos import _wait
 from tests.integration.trainer.test_train_cli import _records, _state, _trained_steps
 
 pytestmark = [pytest.mark.integration]
@@ -34,13 +33,6 @@ ARGS = [
     "algorithm.filter_groups=false", "eval.every=0", "run.checkpoint_every=2",
     "run.save_trajectories=2", "run.wandb=disabled",
 ]  # fmt: skip
-
-
-def _wait(run: subprocess.Popen[str], log: Path, what: str, ready: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 400
-    while time.monotonic() < deadline and run.poll() is None and not ready():
-        time.sleep(0.5)
-    assert ready(), f"waiting for {what}:\n{log.read_text()[-4000:]}"
 
 
 def _placed(out: Path) -> dict:  # type: ignore[type-arg]
