@@ -50,20 +50,31 @@ def test_a_split_engine_is_refused_where_no_node_has_its_gpus() -> None:
     check_engine_gpus(_config("rollout.tensor_parallel_size=4", "ray.address=auto"))
 
 
-def test_a_split_engine_on_the_cpu_is_refused_before_anything_starts(tmp_path: Path) -> None:
+def test_a_split_engine_this_machine_cannot_hold_is_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
     import ray
     import torch
 
-    if torch.cuda.is_available():
-        pytest.skip("this machine has GPUs: the refusal is of machines without")
+    # More GPUs than this machine has: 2 where it has none (the CPU refusal), else one more.
+    gpus = torch.cuda.device_count()
+    split = max(2, gpus + 1)
     said: list[str] = []
     with pytest.raises(AgentHubError) as refused:
-        Trainer(_config("rollout.tensor_parallel_size=2"), tmp_path / "run", log=said.append).run()
-    assert str(refused.value) == (
-        "rollout.tensor_parallel_size=2 splits each rollout worker's vLLM engine over 2 GPUs of "
-        "one node, and this machine has no GPU (vLLM's CPU build runs an engine as one "
-        "process): set rollout.tensor_parallel_size=1, or train on GPUs (a machine with them, "
-        "or a Ray cluster of GPU nodes joined with --ray-address)"
+        Trainer(
+            _config(f"rollout.tensor_parallel_size={split}"), tmp_path / "run", log=said.append
+        ).run()
+    asked = (
+        f"rollout.tensor_parallel_size={split} splits each rollout worker's vLLM engine over "
+        f"{split} GPUs of one node"
+    )
+    assert str(refused.value) == asked + (
+        ", and this machine has no GPU (vLLM's CPU build runs an engine as one process): set "
+        "rollout.tensor_parallel_size=1, or train on GPUs (a machine with them, or a Ray "
+        "cluster of GPU nodes joined with --ray-address)"
+        if gpus == 0
+        else f", and this machine has at most {gpus} on a node: set "
+        f"rollout.tensor_parallel_size to at most {gpus}, or train where a node has {split}"
     )
     assert not (tmp_path / "run").exists() and not ray.is_initialized() and said == []
 
