@@ -47,6 +47,14 @@ def _wait(run: subprocess.Popen[str], log: Path, what: str, ready: Callable[[], 
     assert ready(), f"waiting for {what}:\n{log.read_text()[-4000:]}"
 
 
+def _ended(run: subprocess.Popen[str], log: Path) -> tuple[str, dict]:  # type: ignore[type-arg]
+    """A finished run's output, once it is known to have succeeded, and its JSON summary."""
+    output = log.read_text()
+    assert run.returncode == 0, output[-6000:]
+    summary = json.loads(next(ln for ln in reversed(output.splitlines()) if ln.startswith("{")))
+    return output, summary
+
+
 def _processes(out: Path) -> dict[str, list[int]]:
     """The run's process ids by role ("learner_ranks", "rollout_workers"), in rank order."""
     processes: dict[str, list[int]] = json.loads((out / "logs" / "processes.json").read_text())
@@ -92,9 +100,7 @@ def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(tmp_path: P
     finally:
         if run.poll() is None:
             run.kill()
-    output = log.read_text()
-    assert run.returncode == 0, output[-6000:]
-    summary = json.loads(next(ln for ln in reversed(output.splitlines()) if ln.startswith("{")))
+    output, summary = _ended(run, log)
     failed = sum(r.get("groups/failed", 0) for r in _records(out))
     print(
         f"faults injected: {injected}; the run's count: {summary['faults']}; {failed} groups failed"
