@@ -43,8 +43,9 @@ def node_id() -> str:
 class Shipment:
     """A file or directory of one node (`origin`, the driver's), readable on any node of the
     cluster. With `origin` None it is a path of whichever node reads it (a process started
-    outside a cluster). `parcel` holds its bytes in the object store (None when the cluster
-    had one node: no process can be elsewhere)."""
+    outside a cluster). `parcel` holds its bytes: a reference into the object store as `ship`
+    makes it, or the bytes themselves (None when the cluster had one node: no process can be
+    elsewhere)."""
 
     path: str
     origin: str | None = None
@@ -107,7 +108,7 @@ class Shipment:
                 "cluster had one node when the run started); start the run once every node "
                 "has joined the cluster"
             )
-        if isinstance(self.parcel, bytes):  # small enough to travel inline
+        if isinstance(self.parcel, bytes):  # the bytes themselves, not a reference to them
             return self.parcel
         data: bytes = ray.get(self.parcel)
         return data
