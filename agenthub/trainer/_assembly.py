@@ -260,6 +260,7 @@ class Batch:
             sync_s=timing.sync_s,
             time_s=timing.time_s,
             tokens_per_s=timing.tokens_per_s,
+            queued=timing.queued,
         )
 
 

@@ -93,7 +93,10 @@ class Cluster(Protocol):
     def queue_depth(self) -> int: ...
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
-        """One learner step on `batch`; the learner's metrics."""
+        """One learner step on `batch`; the learner's metrics. The learner runs the calls
+        made of it (`learn`, `send_weights`, checkpoints) one at a time, in the order they
+        were made, each made before the coroutine first waits: a `learn` whose task starts
+        after a `send_weights` task runs after that sync."""
         ...
 
     async def send_weights(self, version: int) -> float:

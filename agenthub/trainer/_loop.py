@@ -10,15 +10,13 @@ synchronous: rollouts wait for each step's weights.
 The parts each own their state: the run directory (`_rundir`), the cluster of Ray actors
 (`_cluster`), batch assembly (`_assembly`; the next batch, under way while the learner trains:
 `_next_batch`), weight publishing (`_publisher`), held-out evaluation (`_evaluation`),
-checkpoints (`_checkpoint`) and the stop (`_control`). The
-`Trainer` here only wires them together and runs the loop.
+checkpoints (`_checkpoint`), the stop (`_control`) and the learner steps (`_steps`). The
+`Trainer` here only wires them together and brings the run back from a lost process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
 from agenthub._tracebacks import described
-from agenthub.trainer._assembly import Batch, BatchAssembler
+from agenthub.trainer._assembly import BatchAssembler
 from agenthub.trainer._checkpoint import Checkpointer
 from agenthub.trainer._cluster import Cluster, RayCluster, start_ray
 from agenthub.trainer._config import TrainConfig
@@ -37,14 +35,13 @@ from agenthub.trainer._metrics import (
     MetricsLog,
     StepRecord,
     StepReport,
-    StepTiming,
     read_metrics,
 )
-from agenthub.trainer._next_batch import NextBatch
 from agenthub.trainer._preflight import check_engine_gpus, check_env, ray_node_gpus
 from agenthub.trainer._publisher import WeightPublisher
 from agenthub.trainer._recovery import LearnerLost, Recovery
 from agenthub.trainer._rundir import CheckpointState, RunDirectory, disk_full
+from agenthub.trainer._steps import Clock, Parts, Progress, Steps
 
 if TYPE_CHECKING:
     from agenthub.agents.default_model import BuildProgress
@@ -75,39 +72,6 @@ class _Start:
                 f"ray.rollout_workers={len(state.tasks_drawn)}"
             )
         return cls(state.step, list(state.tasks_drawn), state.elapsed_s)
-
-
-@dataclass
-class _Parts:
-    """One session's parts, over its cluster."""
-
-    cluster: Cluster
-    metrics: MetricsLog
-    assembler: BatchAssembler
-    publisher: WeightPublisher
-    evaluator: HeldOutEvaluator
-    checkpointer: Checkpointer
-
-
-@dataclass
-class _Progress:
-    """Where the loop stands: the learner's step, the last step whose metrics are written,
-    and whether a learner step is under way (the learner's state is then not a step's)."""
-
-    step: int
-    logged: int
-    learning: bool = False
-
-
-class _Clock:
-    """The run's time, counting earlier sessions', and its `max_minutes` deadline."""
-
-    def __init__(self, elapsed_before: float, max_minutes: float | None) -> None:
-        self.started = time.monotonic() - elapsed_before
-        self.deadline = math.inf if max_minutes is None else self.started + max_minutes * 60
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
 
 
 class Trainer:
@@ -247,7 +211,7 @@ class Trainer:
             cfg, model_path, version, drawn, processes=processes
         )
 
-    def _parts(self, cluster: Cluster, metrics: MetricsLog) -> _Parts:
+    def _parts(self, cluster: Cluster, metrics: MetricsLog) -> Parts:
         cfg, log = self.config, self.log
         publisher = WeightPublisher(cluster)
 
@@ -255,7 +219,7 @@ class Trainer:
             cluster.check_workers()
             publisher.check()
 
-        return _Parts(
+        return Parts(
             cluster=cluster,
             metrics=metrics,
             assembler=BatchAssembler(
@@ -267,7 +231,7 @@ class Trainer:
         )
 
     async def _session(
-        self, parts: _Parts, state: CheckpointState | None, start: _Start
+        self, parts: Parts, state: CheckpointState | None, start: _Start
     ) -> RunSummary:
         """Start the cluster, restore the checkpoint or evaluate the starting policy, and
         train; a run stopped during start-up returns at once (nothing learned to save)."""
@@ -285,22 +249,26 @@ class Trainer:
             if not await self.control.unless_stopped(parts.evaluator.evaluate(0)):
                 return self._summary(start.step, start.elapsed_s)
         cluster.run_workers()
-        return await self._loop(parts, start.step, _Clock(start.elapsed_s, cfg.run.max_minutes))
+        return await self._loop(parts, start.step, Clock(start.elapsed_s, cfg.run.max_minutes))
 
-    async def _loop(self, parts: _Parts, step: int, clock: _Clock) -> RunSummary:
+    async def _loop(self, parts: Parts, step: int, clock: Clock) -> RunSummary:
         """Train until `max_steps` or a stop, replacing rollout workers that die on the way
         (a learner that dies ends the session: `LearnerLost`). The next step's batch, under
         way while the learner trains, outlives a recovery: paused, never cut short, it goes
-        on once the run does, and is cancelled only when the session ends."""
-        p, at = parts, _Progress(step, logged=step)
-        upcoming = NextBatch(p.assembler, self.config.algorithm, clock.deadline)
+        on once the run does, and is cancelled only when the session ends. A learner step
+        asked for is counted before a recovery, which sends the learner's weights again."""
+        p, at = parts, Progress(step, logged=step)
+        steps = Steps(
+            self.config, p, at, clock, control=self.control, rundir=self.dir, report=self._report
+        )
         try:
             while True:
                 try:
-                    await self._steps(p, at, clock, upcoming)
+                    await steps.run()
                     break
                 except Exception as exc:
-                    await upcoming.pause()
+                    await steps.upcoming.pause()
+                    await steps.settle()
                     outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
                     if outcome == "go_on":
                         continue
@@ -315,81 +283,14 @@ class Trainer:
                         raise stop from exc
                     raise
         finally:
-            await upcoming.cancel()
+            await steps.upcoming.cancel()
         return await self._finish(p, at.step, clock)
 
-    async def _steps(self, p: _Parts, at: _Progress, clock: _Clock, upcoming: NextBatch) -> None:
-        """Batch, learn, publish the weights, log; until `max_steps` or a stop. The next
-        step's batch is assembled while the learner trains (`upcoming`)."""
-        cfg = self.config
-        rate = _TokenRate(await _generated_tokens(p.cluster))
-        while at.step < cfg.run.max_steps and not self.control.stopping:
-            step_start = time.monotonic()
-            await p.publisher.wait()  # before the batch is taken: a failed sync leaves it there
-            if not upcoming.started:
-                upcoming.start(at.step)
-            ready = await upcoming.take()
-            if ready is None:
-                break
-            batch, collated = ready
-            learn_start = time.monotonic()
-            at.learning = True
-            learn = asyncio.ensure_future(p.cluster.learn(collated))
-            if at.step + 1 < cfg.run.max_steps:
-                upcoming.start(at.step + 1)
-            learned = await learn
-            at.learning = False
-            learn_s = time.monotonic() - learn_start
-            at.step += 1
-            sync = p.publisher.publish(at.step)
-            if cfg.algorithm.max_staleness == 0:
-                # Synchronous: the next rollouts need these weights. A failed sync is raised
-                # where the next batch waits, once this step's metrics are written.
-                await asyncio.wait({sync})
-            record = await self._record(
-                p, at.step, batch, learned, step_start, learn_s, clock, rate
-            )
-            p.metrics.log(record.to_json())
-            at.logged = at.step
-            self.dir.save_samples(batch.groups, cfg.run.save_trajectories)
-            await self._after_step(p, record, sync)
-            p.cluster.check_workers()  # a dead worker is replaced now, not when groups run out
-
-    async def _record(
-        self,
-        p: _Parts,
-        step: int,
-        batch: Batch,
-        learned: dict[str, float],
-        step_start: float,
-        learn_s: float,
-        clock: _Clock,
-        rate: _TokenRate,
-    ) -> StepRecord:
-        now = time.monotonic()
-        tokens = await _generated_tokens(p.cluster)
-        timing = StepTiming(
-            step_s=now - step_start,
-            learn_s=learn_s,
-            sync_s=p.publisher.sync_s,
-            time_s=now - clock.started,
-            tokens_per_s=rate.update(tokens, now),
-        )
-        return batch.record(step, learned, queue_depth=p.cluster.queue_depth(), timing=timing)
-
-    async def _after_step(self, p: _Parts, record: StepRecord, sync: asyncio.Task[None]) -> None:
-        """Checkpoint, evaluate and plot when due, and report the step."""
-        cfg, step = self.config, record.step
-        if step % cfg.run.checkpoint_every == 0:
-            await p.checkpointer.save(step, record.time_s)
-        if p.evaluator.due(step, cfg.run.max_steps):
-            p.evaluator.start(step, after=sync)
-        if step % 5 == 0:
-            p.metrics.plot()
+    def _report(self, record: StepRecord) -> None:
         if self.on_step is not None:
-            self.on_step(record.report(cfg.run.max_steps, self.held_out.last))
+            self.on_step(record.report(self.config.run.max_steps, self.held_out.last))
 
-    async def _finish(self, p: _Parts, step: int, clock: _Clock) -> RunSummary:
+    async def _finish(self, p: Parts, step: int, clock: Clock) -> RunSummary:
         """Checkpoint where the loop ended, evaluate the last policy (unless stopping), and
         raise a failure that stopped the run once it is saved."""
         cfg = self.config
@@ -410,21 +311,3 @@ class Trainer:
         reason = self.control.reason or StopReason("stopped", "stopped")
         h, workers = self.held_out, self.recovery.workers
         return RunSummary(step, reason, elapsed_s, h.last, h.first, workers, self.faults.counts)
-
-
-class _TokenRate:
-    """Generated tokens per second between one step's record and the next."""
-
-    def __init__(self, tokens: int) -> None:
-        self.tokens, self.time = tokens, time.monotonic()
-
-    def update(self, tokens: int, now: float) -> float:
-        # A lost worker's tokens leave the sum (a replacement counts from 0): never below 0.
-        rate = max(tokens - self.tokens, 0) / max(now - self.time, 1e-9)
-        self.tokens, self.time = tokens, now
-        return rate
-
-
-async def _generated_tokens(cluster: Cluster) -> int:
-    # A dead worker is noticed, and its error raised, where the batch waits for it.
-    return sum(s.generated_tokens for s in await cluster.worker_stats() if s is not None)

@@ -48,6 +48,9 @@ class StepTiming:
     """How long the last finished weight sync took."""
     time_s: float
     tokens_per_s: float
+    queued: bool = False
+    """Whether the step went to the learner behind the last weight sync (its batch ready as
+    the step before ended), with no wait for the driver between the two."""
 
 
 ShapingRule = Literal["overlong", "unstopped", "clipped"]
@@ -95,6 +98,8 @@ class StepRecord:
     """How long the last finished weight sync took."""
     time_s: float
     tokens_per_s: float
+    queued: bool = False
+    """Whether the step went to the learner behind the last weight sync (`StepTiming`)."""
     extra: dict[str, float] = field(default_factory=dict)
     """An env's own numbers (OpenRLHF's extra_logs): the mean over the episodes logging each."""
     errors: dict[str, int] = field(default_factory=dict)
@@ -130,6 +135,7 @@ class StepRecord:
             "learner/wait_s": self.wait_s,
             "learner/idle_fraction": self.idle_fraction,
             "learner/sync_s": self.sync_s,
+            "learner/queued": int(self.queued),
         }
         if self.shaped_reward is not None:
             record["train/shaped_reward"] = self.shaped_reward

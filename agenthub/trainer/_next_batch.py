@@ -48,6 +48,14 @@ class NextBatch:
         """Whether a batch is under way, or finished and not taken."""
         return self._task is not None
 
+    @property
+    def ready(self) -> bool:
+        """Whether a batch is assembled, for `take()` to return at once."""
+        task = self._task
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return False
+        return task.result() is not None
+
     def start(self, version: int) -> None:
         assert self._task is None, "the batch started before is not taken yet"
         self._task = asyncio.ensure_future(self._assemble(version))

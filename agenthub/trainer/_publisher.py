@@ -15,9 +15,11 @@ class WeightPublisher:
     background (`publish`) or at once (`publish_now`).
 
     A sync in the background ends when the weights are sent: the learner may step again at
-    once. Rollouts are admitted for the new version after that (`admitting`), off the
-    learner's path: only once every engine holds it, so none is admitted for a version newer
-    than the engines', and in the order the versions were sent."""
+    once, and a step asked for while the sync is under way runs after it on the learner (the
+    sync's task, made first, makes its call first; see `Cluster.learn`). Rollouts are
+    admitted for the new version after that (`admitting`), off the learner's path: only once
+    every engine holds it, so none is admitted for a version newer than the engines', and in
+    the order the versions were sent."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
@@ -39,7 +41,26 @@ class WeightPublisher:
 
     async def _send(self, version: int) -> None:
         self.sync_s = await self.cluster.send_weights(version)
-        self.admitting = asyncio.create_task(self.cluster.admit_version(version))
+        self.admitting = asyncio.create_task(self._admit(version, self.admitting))
+
+    async def _admit(self, version: int, before: asyncio.Task[None] | None) -> None:
+        """Admit rollouts for `version` once the admission of the version before it ended:
+        versions are admitted in order, and an admission's failure is never dropped."""
+        if before is not None:
+            await before
+        await self.cluster.admit_version(version)
+
+    async def sent(self) -> None:
+        """Wait for the last sync to end, well or not (`failed` says which)."""
+        if self.pending is not None:
+            await asyncio.wait({self.pending})
+
+    def failed(self) -> BaseException | None:
+        """The error of the last sync, if it ended in one."""
+        sync = self.pending
+        if sync is None or not sync.done() or sync.cancelled():
+            return None
+        return sync.exception()
 
     async def wait(self, *, admitted: bool = False) -> None:
         """Wait for the last sync: the learner sends a step's weights before it can step

@@ -318,6 +318,8 @@ class SimLearner:
         self.steps = 0
         self.intervals: list[tuple[float, float]] = []
         self.waits: dict[str, list[tuple[float, float]]] = {"start": [], "finish": []}
+        self.sent: list[tuple[int, int]] = []
+        """Each sync's policy version and the learner steps taken when it sent them."""
 
     def step(self, batch: Any) -> dict[str, float]:
         tokens = int(batch.attention_mask.sum())
@@ -336,6 +338,7 @@ class SimLearner:
 
     def send_weights(self, version: int) -> float:
         started = time.perf_counter()
+        self.sent.append((version, self.steps))
         self.client.version = version
         start = time.monotonic()
         self.client.start_weight_update()  # `drain`: the engines let generations finish
@@ -356,6 +359,10 @@ class SimLearner:
     def busy(self) -> list[tuple[float, float]]:
         """When the learner computed or sent weights (`time.monotonic`, the machine's clock)."""
         return list(self.intervals)
+
+    def versions_sent(self) -> list[tuple[int, int]]:
+        """Each sync's policy version and the learner steps taken when it sent them."""
+        return list(self.sent)
 
     def waited(self) -> dict[str, list[tuple[float, float]]]:
         """When the learner, sending weights, waited for every engine to start the round
@@ -382,8 +389,9 @@ def _write(path: Path, text: str) -> None:
 
 class SimCluster(RayCluster):
     """`RayCluster` with the simulated actors; the model is the JSON file at `model_path`.
-    Keeps the learner's busy intervals, and those it waited for the engines to start and end a
-    weight sync, when it closes (`learner_busy`, `learner_waited`)."""
+    Keeps the learner's busy intervals, those it waited for the engines to start and end a
+    weight sync, and what each sync sent, when it closes (`learner_busy`, `learner_waited`,
+    `learner_sent`)."""
 
     def __init__(
         self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
@@ -398,10 +406,12 @@ class SimCluster(RayCluster):
         )
         self.learner_busy: list[tuple[float, float]] = []
         self.learner_waited: dict[str, list[tuple[float, float]]] = {}
+        self.learner_sent: list[tuple[int, int]] = []
 
     async def aclose(self) -> None:
         try:
             self.learner_busy = await self.learner.first.busy.remote()
             self.learner_waited = await self.learner.first.waited.remote()
+            self.learner_sent = await self.learner.first.versions_sent.remote()
         finally:
             await super().aclose()

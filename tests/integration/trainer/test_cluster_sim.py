@@ -28,9 +28,11 @@ def ray_cpus() -> Iterator[None]:
     ray.shutdown()
 
 
-def _run(tmp_path: Path, staleness: int) -> tuple[list[dict[str, float]], SimCluster]:
+def _run(
+    tmp_path: Path, staleness: int, model: SimModel | None = None
+) -> tuple[list[dict[str, float]], SimCluster]:
     agenthub.register("cluster-sim", "agenthub.trainer._sim:SimTasks", override=True)
-    model = SimModel(time_scale=1 / 400)
+    model = model or SimModel(time_scale=1 / 400)
     model.save(tmp_path / "sim-model.json")
     cfg = load_config(
         [],
@@ -76,3 +78,18 @@ def test_the_simulated_cluster_trains_through_the_real_trainer(
     tokens = 2 * 4 * model.trajectory_tokens
     learn_s = [b - a for a, b in cluster.learner_busy[::2]]
     assert min(learn_s) >= model.sleep_s(model.learn_s(tokens)) * 0.95
+    assert cluster.learner_sent == [(v, v) for v in range(1, 5)], "each version is its step's"
+
+
+@pytest.mark.timeout(180)
+def test_a_step_whose_batch_is_ready_goes_to_the_learner_behind_the_weight_sync(
+    tmp_path: Path, ray_cpus: None
+) -> None:
+    # A learner ten times slower than the model's: every next batch is ready as a step ends.
+    slow = SimModel(time_scale=1 / 400, learner_s_per_token=96e-5)
+    records, cluster = _run(tmp_path, 4, slow)
+    assert [r["learner/queued"] for r in records] == [0, 1, 1, 1]
+    # Ray ran the calls in the order they were made: each sync sent its own step's weights.
+    assert cluster.learner_sent == [(v, v) for v in range(1, 5)]
+    starts = [a for a, _ in cluster.learner_busy]
+    assert starts == sorted(starts) and len(starts) == 8
