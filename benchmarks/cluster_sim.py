@@ -19,9 +19,16 @@ So one worker finishes 1.33 trajectories/s, the learner trains 5.3/s: 4 workers 
 Every sleep lasts 1/40 of the model's time (`--time-scale`); the figures below are in model
 seconds. The simulated parts burn no CPU, so what the run's processes use (this one, Ray's
 and every actor's) is the orchestration's own: its CPU time over the measured steps is
-printed as cores busy. It is not subtracted: it runs beside the sleeps, and what of it
-delays the learner is already in the idle figure, 40 times heavier against the model's
-times than at full scale, so the figures err on the pessimistic side.
+printed as cores busy.
+
+What the learner waits for that is no modelled time (under `keep`, the engines pausing and
+resuming for a sync: `start`, `finish`; the driver's round trips: `other`) is the
+orchestration's own latency, in real seconds, which the time scale stretches 40-fold against
+the model's times. The right-hand columns measure and subtract it: those waits counted at the
+length they had on this machine rather than stretched, as a cluster running the model's
+times at full speed would see them if its orchestration were no faster than here (on 2
+cores shared by every process of the run, it is slower than on a cluster's). Under `drain`
+the sync's start is modelled time (generations finishing) and stays stretched.
 
 For each worker count, synchronous (`algorithm.max_staleness=0`) and asynchronous
 (`--staleness`, 4 by default: a group takes 2-4 learner steps to finish here, its slowest
@@ -30,7 +37,8 @@ the default of 1 most groups wait for admission or come back too stale): learner
 fraction, trajectories/s against the model's ideal `min(rollout capacity, learner
 capacity)`, and the async/sync speed-up. Targets: learner idle < 10% once rollout
 capacity exceeds the learner's by 20%; async >= 1.7x sync where they balance (2x is the
-limit); efficiency >= 0.9 at 16 workers. The last line is the efficiency at the balance.
+limit); efficiency >= 0.9 at 16 workers. The last line is the efficiency at the balance,
+its last figure with the orchestration at real time.
 
     python benchmarks/cluster_sim.py [--workers 1,2,4,8,16] [--steps 14] [--weight-update drain]
 """
@@ -71,12 +79,32 @@ class Point:
     ideal: float
     cpu_cores: float
     stale: float
+    scale: float
+    keep: bool
+    """Whether engines keep their generations through a sync (`rollout.weight_update=keep`):
+    then starting a sync takes no model time, only the orchestration's."""
 
     @property
     def other(self) -> float:
         """Of `idle`: the rest, between a sync's end and the next step (the driver's round
         trips: the sync's answer, the batch handed over)."""
         return self.idle - self.start - self.finish - self.batch_wait
+
+    @property
+    def orchestration(self) -> float:
+        """Of `idle`: what the learner waited for the orchestration itself (Ray calls, the
+        driver's work, CPU shared by every process of the run), not for a modelled time."""
+        return self.other + self.finish + (self.start if self.keep else 0.0)
+
+    def at_real_time(self) -> tuple[float, float]:
+        """Learner idle and trajectories per model second with the orchestration's waits
+        counted at the length they had here instead of stretched by 1 / time scale, as the
+        sleeps are: what a cluster running the model's times at full speed would see, had
+        its orchestration been as slow as it was on this machine."""
+        orchestration = self.orchestration  # a share of the wall time
+        modelled = (1 - orchestration) / self.scale + orchestration
+        busy = (1 - self.idle) / self.scale
+        return 1 - busy / modelled, self.per_s / self.scale / modelled
 
 
 class _Window:
@@ -171,6 +199,8 @@ def run_point(
         ideal=ideal,
         cpu_cores=cpu / wall,
         stale=stale_share,
+        scale=scale,
+        keep=weight_update == "keep",
     )
 
 
@@ -215,40 +245,48 @@ def main() -> None:
     )
     print(
         f"workers  rollout/learner  mode (max_staleness 0/{args.staleness})  learner idle  "
-        "(start  finish  batch  other)  traj/s  ideal  efficiency  stale groups  cores  async/sync"
+        "(start  finish  batch  other)  traj/s  ideal  efficiency  stale groups  cores  "
+        "async/sync  | orchestration at real time: idle  efficiency  async/sync"
     )
-    balanced: tuple[float, float] | None = None
+    balanced: tuple[Point, Point] | None = None
     with tempfile.TemporaryDirectory() as scratch:
         model_path = Path(scratch) / "sim-model.json"
         model.save(model_path)
         for workers in counts:
             ratio = model.rollout_capacity(workers, CONCURRENCY) / learner_cap
-            points = {}
+            points: dict[str, Point] = {}
             for staleness, mode in ((0, "sync"), (args.staleness, "async")):
                 p = run_point(
                     model, model_path, workers, staleness, args.steps, args.skip, args.weight_update
                 )
                 points[mode] = p
-                speed = ""
-                if mode == "async":
-                    speed = f"{p.per_s / points['sync'].per_s:.2f}x"
-                print(
-                    f"{workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  "
-                    f"({p.start:5.1%}  {p.finish:6.1%}  {p.batch_wait:5.1%}  {p.other:5.1%})  "
-                    f"{p.per_s:6.2f}  "
-                    f"{p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
-                    f"{p.cpu_cores:5.2f}  {speed}",
-                    flush=True,
-                )
+                print(_row(p, ratio, mode, points.get("sync") if mode == "async" else None))
             if abs(ratio - 1) < 0.2:
-                a = points["async"]
-                balanced = (a.per_s / a.ideal, a.per_s / points["sync"].per_s)
+                balanced = (points["sync"], points["async"])
     ray.shutdown()
     if balanced is not None:
+        sync, a = balanced
+        idle, per_s = a.at_real_time()
         print(
-            f"balanced point: async/sync {balanced[1]:.2f}x; "
-            f"efficiency at the balanced point: {balanced[0]:.2f}"
+            f"balanced point: async/sync {a.per_s / sync.per_s:.2f}x measured, "
+            f"{per_s / sync.at_real_time()[1]:.2f}x with the orchestration at real time; "
+            f"efficiency measured {a.per_s / a.ideal:.2f}, with the orchestration at real "
+            f"time (learner idle {idle:.1%}): {per_s / a.ideal:.2f}"
         )
+
+
+def _row(p: Point, ratio: float, mode: str, sync: Point | None) -> str:
+    idle, per_s = p.at_real_time()
+    speed = real_speed = ""
+    if sync is not None:
+        speed = f"{p.per_s / sync.per_s:.2f}x"
+        real_speed = f"{per_s / sync.at_real_time()[1]:.2f}x"
+    return (
+        f"{p.workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  "
+        f"({p.start:5.1%}  {p.finish:6.1%}  {p.batch_wait:5.1%}  {p.other:5.1%})  "
+        f"{p.per_s:6.2f}  {p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
+        f"{p.cpu_cores:5.2f}  {speed:10s}  |  {idle:5.1%}  {per_s / p.ideal:10.2f}  {real_speed}"
+    )
 
 
 if __name__ == "__main__":
