@@ -105,7 +105,8 @@ class Cluster(Protocol):
         ...
 
     async def admit_version(self, version: int) -> None:
-        """Admit rollouts for policy `version`, once every engine holds it."""
+        """Admit rollouts for policy `version`, once every engine has received it (an
+        engine still ending the round holds new requests until it serves `version`)."""
         ...
 
     async def worker_stats(self) -> list[WorkerStats | None]:

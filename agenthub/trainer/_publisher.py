@@ -17,9 +17,9 @@ class WeightPublisher:
     A sync in the background ends when the weights are sent: the learner may step again at
     once, and a step asked for while the sync is under way runs after it on the learner (the
     sync's task, made first, makes its call first; see `Cluster.learn`). Rollouts are
-    admitted for the new version after that (`admitting`), off the learner's path: only once
-    every engine holds it, so none is admitted for a version newer than the engines', and in
-    the order the versions were sent."""
+    admitted for the new version after that (`admitting`), off the learner's path, in the
+    order the versions were sent: every engine has received its weights by then, and one
+    still ending the round holds new requests until it serves them."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster

@@ -333,6 +333,9 @@ class SimLearner:
     def open_weight_sync(self, workers: Sequence[Any], ranks: Sequence[int]) -> None:
         from agenthub.trainer._weight_sync import WorkersClient
 
+        previous = getattr(self, "client", None)
+        if previous is not None:
+            previous.wait_ended()
         self.client = WorkersClient(workers, ranks)
         self.client.init_weight_transfer_engine({})
 

@@ -48,6 +48,8 @@ class WorkersClient:
         self.workers = list(workers)
         self.offsets = [1 + sum(ranks[:i]) for i in range(len(ranks))]
         self.version = 0
+        self.ending: list[Any] = []
+        """The last round's ends, not waited for (`finish_weight_update`)."""
 
     @staticmethod
     def world_size(ranks: Sequence[int]) -> int:
@@ -60,13 +62,28 @@ class WorkersClient:
         )
 
     def start_weight_update(self) -> None:
+        """Begin a round on every engine, once each has ended the last one."""
+        self.wait_ended()
         self._all(w.start_weight_update.remote(self.version) for w in self.workers)
+
+    def wait_ended(self) -> None:
+        """Wait for every engine to end the last round, well or not: one that failed to is
+        broken or dead, and says so at the next call."""
+        import ray
+
+        if self.ending:
+            ray.wait(self.ending, num_returns=len(self.ending))
+            self.ending = []
 
     def update_weights(self, update_info: dict[str, Any] | list[dict[str, Any]]) -> None:
         self._all(w.receive_weights.remote(update_info) for w in self.workers)
 
     def finish_weight_update(self, weight_version: str | None = None) -> None:
-        self._all(w.finish_weight_update.remote() for w in self.workers)
+        """End the round on every engine without waiting for them: the learner goes on to its
+        next step while the engines resume (the next round begins once all have). Rollouts
+        admitted for the new version meanwhile wait in an engine still ending the round, and
+        are sampled by the new weights."""
+        self.ending = [w.finish_weight_update.remote() for w in self.workers]
 
     @staticmethod
     def _all(refs: Iterator[Any]) -> None:

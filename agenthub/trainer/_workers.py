@@ -390,7 +390,9 @@ class LearnerWorker:
         with a new group, after one was replaced)."""
         from agenthub.trainer._weight_sync import open_sender, transfer_backend
 
-        previous = getattr(self, "sender", None)
+        previous, client = getattr(self, "sender", None), getattr(self, "client", None)
+        if client is not None:
+            client.wait_ended()  # an engine must not end a round after it joins anew
         if previous is not None:
             previous.shutdown()
         self.sender, self.client = open_sender(

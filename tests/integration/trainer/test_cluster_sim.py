@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,3 +94,56 @@ def test_a_step_whose_batch_is_ready_goes_to_the_learner_behind_the_weight_sync(
     assert cluster.learner_sent == [(v, v) for v in range(1, 5)]
     starts = [a for a, _ in cluster.learner_busy]
     assert starts == sorted(starts) and len(starts) == 8
+
+
+@pytest.mark.timeout(120)
+def test_the_learner_goes_on_while_engines_end_a_round_and_the_next_waits_for_them(
+    ray_cpus: None,
+) -> None:
+    import threading
+
+    import ray
+
+    from agenthub.trainer._weight_sync import WorkersClient
+
+    @ray.remote
+    class Engine:
+        """An engine whose rounds end when the test says (an async actor, as rollout
+        workers are: calls run concurrently, so only the client can keep rounds apart)."""
+
+        def __init__(self) -> None:
+            self.log: list[str] = []
+            self.ended = asyncio.Event()
+
+        async def start_weight_update(self, version: int) -> None:
+            self.log.append(f"start {version}")
+
+        async def receive_weights(self, update_info: dict[str, object]) -> None:
+            self.log.append("received")
+
+        async def finish_weight_update(self) -> None:
+            await self.ended.wait()
+            self.log.append("ended")
+
+        async def end(self) -> None:
+            self.ended.set()
+
+        async def seen(self) -> list[str]:
+            return list(self.log)
+
+    engine = Engine.remote()  # type: ignore[attr-defined]
+    client = WorkersClient([engine], [1])
+    client.version = 1
+    client.start_weight_update()
+    client.update_weights({})
+    client.finish_weight_update()  # returns while the engine still ends the round
+    assert ray.get(engine.seen.remote()) == ["start 1", "received"]
+    client.version = 2
+    second = threading.Thread(target=client.start_weight_update)
+    second.start()
+    second.join(timeout=1.0)
+    assert second.is_alive(), "the next round waits for the last one's end"
+    ray.get(engine.end.remote())
+    second.join(timeout=30)
+    assert not second.is_alive()
+    assert ray.get(engine.seen.remote()) == ["start 1", "received", "ended", "start 2"]

@@ -1,5 +1,5 @@
 """Weight publishing: the learner may step again once the weights are sent, and rollouts are
-admitted for a version only after every engine holds it, in the order versions were sent."""
+admitted for a version only after its weights are sent, in the order versions were sent."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_the_learner_may_step_again_once_the_weights_are_sent_before_rollouts_ar
         waited = asyncio.create_task(publisher.wait())
         await asyncio.sleep(0.01)
         assert not waited.done()
-        assert cluster.log == ["send 1"], "nothing admitted before every engine holds it"
+        assert cluster.log == ["send 1"], "nothing admitted before the weights are sent"
         cluster.sent.set()
         await asyncio.wait_for(waited, 1)  # the learner's next step may start here
         assert publisher.sync_s == 0.5
