@@ -21,14 +21,15 @@ seconds. The simulated parts burn no CPU, so what the run's processes use (this 
 and every actor's) is the orchestration's own: its CPU time over the measured steps is
 printed as cores busy.
 
-What the learner waits for that is no modelled time (under `keep`, the engines pausing and
-resuming for a sync: `start`, `finish`; the driver's round trips: `other`) is the
-orchestration's own latency, in real seconds, which the time scale stretches 40-fold against
-the model's times. The right-hand columns measure and subtract it: those waits counted at the
-length they had on this machine rather than stretched, as a cluster running the model's
-times at full speed would see them if its orchestration were no faster than here (on 2
-cores shared by every process of the run, it is slower than on a cluster's). Under `drain`
-the sync's start is modelled time (generations finishing) and stays stretched.
+What of the learner's time is no modelled time (its steps and transfers as the model says,
+its waits for rollouts) is the orchestration's own latency: the engines pausing and resuming
+for a sync under `keep` (`start`, `finish`), their answers inside a transfer, the driver's
+round trips (`other`), a sleep ending late on a loaded machine. Those are real seconds, which
+the time scale stretches 40-fold against the model's. The right-hand columns measure and
+subtract that: they count it at the length it had on this machine rather than stretched, as
+a cluster running the model's times at full speed would see it if its orchestration were no
+faster than here (on 2 cores shared by every process of the run, it is slower than on a
+cluster's). Under `drain` the sync's start is modelled time (generations finishing).
 
 For each worker count, synchronous (`algorithm.max_staleness=0`) and asynchronous
 (`--staleness`, 4 by default: a group takes 2-4 learner steps to finish here, its slowest
@@ -79,6 +80,10 @@ class Point:
     ideal: float
     cpu_cores: float
     stale: float
+    modelled: float
+    """The learner's modelled time (its steps' and transfers' sleeps as asked), a share of
+    the wall time; the rest of its busy time is the machine's lateness and the engines'
+    answers to the transfer."""
     scale: float
     keep: bool
     """Whether engines keep their generations through a sync (`rollout.weight_update=keep`):
@@ -90,21 +95,16 @@ class Point:
         trips: the sync's answer, the batch handed over)."""
         return self.idle - self.start - self.finish - self.batch_wait
 
-    @property
-    def orchestration(self) -> float:
-        """Of `idle`: what the learner waited for the orchestration itself (Ray calls, the
-        driver's work, CPU shared by every process of the run), not for a modelled time."""
-        return self.other + self.finish + (self.start if self.keep else 0.0)
-
     def at_real_time(self) -> tuple[float, float]:
-        """Learner idle and trajectories per model second with the orchestration's waits
-        counted at the length they had here instead of stretched by 1 / time scale, as the
-        sleeps are: what a cluster running the model's times at full speed would see, had
-        its orchestration been as slow as it was on this machine."""
-        orchestration = self.orchestration  # a share of the wall time
-        modelled = (1 - orchestration) / self.scale + orchestration
-        busy = (1 - self.idle) / self.scale
-        return 1 - busy / modelled, self.per_s / self.scale / modelled
+        """Learner idle and trajectories per model second with what of the learner's time is
+        no modelled time (its waits for the orchestration, the engines' answers inside a
+        transfer, sleeps that ended late on a loaded machine) counted at the length it had
+        here instead of stretched by 1 / time scale as the sleeps are: what a cluster running
+        the model's times at full speed would see, its orchestration as slow as here."""
+        waited = self.batch_wait + (0.0 if self.keep else self.start)  # for modelled times
+        orchestration = 1 - self.modelled - waited  # shares of the wall time
+        wall = (self.modelled + waited) / self.scale + orchestration
+        return 1 - self.modelled / self.scale / wall, self.per_s / self.scale / wall
 
 
 class _Window:
@@ -199,6 +199,7 @@ def run_point(
         ideal=ideal,
         cpu_cores=cpu / wall,
         stale=stale_share,
+        modelled=window.overlap(made[0].learner_modelled) / wall,
         scale=scale,
         keep=weight_update == "keep",
     )

@@ -267,7 +267,6 @@ class Trainer:
                     await steps.run()
                     break
                 except Exception as exc:
-                    await steps.upcoming.pause()
                     await steps.settle()
                     outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
                     if outcome == "go_on":
@@ -283,7 +282,7 @@ class Trainer:
                         raise stop from exc
                     raise
         finally:
-            await steps.upcoming.cancel()
+            await steps.close()
         return await self._finish(p, at.step, clock)
 
     def _report(self, record: StepRecord) -> None:

@@ -56,6 +56,12 @@ class NextBatch:
             return False
         return task.result() is not None
 
+    async def assembled(self) -> None:
+        """Wait for the batch under way to be assembled, or to end without one, and leave it
+        for `take()`. Cancelling the wait leaves the assembly going."""
+        if self._task is not None:
+            await asyncio.wait({self._task})
+
     def start(self, version: int) -> None:
         assert self._task is None, "the batch started before is not taken yet"
         self._task = asyncio.ensure_future(self._assemble(version))

@@ -317,6 +317,9 @@ class SimLearner:
         self.model = SimModel.load(Shipment.of(model_path).here())
         self.steps = 0
         self.intervals: list[tuple[float, float]] = []
+        self.modelled: list[tuple[float, float]] = []
+        """Each learner step's and transfer's start and end had it lasted just what the model
+        says (the sleep asked for, without the machine's lateness or the engines' answers)."""
         self.waits: dict[str, list[tuple[float, float]]] = {"start": [], "finish": []}
         self.sent: list[tuple[int, int]] = []
         """Each sync's policy version and the learner steps taken when it sent them."""
@@ -347,6 +350,7 @@ class SimLearner:
         self.client.start_weight_update()  # `drain`: the engines let generations finish
         transfer = time.monotonic()
         self.waits["start"].append((start, transfer))
+        self.modelled.append((transfer, transfer + self.model.sleep_s(self.model.sync_s)))
         self.client.update_weights({})  # the engines sleep for the transfer, as it takes
         finish = time.monotonic()
         self.intervals.append((transfer, finish))
@@ -356,12 +360,18 @@ class SimLearner:
 
     def _busy(self, model_s: float) -> None:
         began = time.monotonic()
+        self.modelled.append((began, began + self.model.sleep_s(model_s)))
         time.sleep(self.model.sleep_s(model_s))
         self.intervals.append((began, time.monotonic()))
 
     def busy(self) -> list[tuple[float, float]]:
         """When the learner computed or sent weights (`time.monotonic`, the machine's clock)."""
         return list(self.intervals)
+
+    def busy_modelled(self) -> list[tuple[float, float]]:
+        """When the learner would have computed or sent weights, each for just the model's
+        time (the rest of `busy` is the machine's and the engines' answers)."""
+        return list(self.modelled)
 
     def versions_sent(self) -> list[tuple[int, int]]:
         """Each sync's policy version and the learner steps taken when it sent them."""
@@ -393,8 +403,8 @@ def _write(path: Path, text: str) -> None:
 class SimCluster(RayCluster):
     """`RayCluster` with the simulated actors; the model is the JSON file at `model_path`.
     Keeps the learner's busy intervals, those it waited for the engines to start and end a
-    weight sync, and what each sync sent, when it closes (`learner_busy`, `learner_waited`,
-    `learner_sent`)."""
+    weight sync, what each sync sent, and its busy intervals as long as the model says, when
+    it closes (`learner_busy`, `learner_waited`, `learner_sent`, `learner_modelled`)."""
 
     def __init__(
         self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
@@ -410,11 +420,13 @@ class SimCluster(RayCluster):
         self.learner_busy: list[tuple[float, float]] = []
         self.learner_waited: dict[str, list[tuple[float, float]]] = {}
         self.learner_sent: list[tuple[int, int]] = []
+        self.learner_modelled: list[tuple[float, float]] = []
 
     async def aclose(self) -> None:
         try:
             self.learner_busy = await self.learner.first.busy.remote()
             self.learner_waited = await self.learner.first.waited.remote()
             self.learner_sent = await self.learner.first.versions_sent.remote()
+            self.learner_modelled = await self.learner.first.busy_modelled.remote()
         finally:
             await super().aclose()

@@ -10,6 +10,7 @@ evaluation) runs meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -119,6 +120,8 @@ class Steps:
         self.config, self.p, self.at, self.clock = config, parts, at, clock
         self.control, self.dir, self.report = control, rundir, report
         self.upcoming = NextBatch(parts.assembler, config.algorithm, clock.deadline)
+        self._queuing: asyncio.Task[None] | None = None
+        """Asks for the next step, behind the last sync, once its batch is assembled."""
 
     async def run(self) -> None:
         """Batch, learn, publish the weights, log; until `max_steps` or a stop, the step
@@ -128,7 +131,14 @@ class Steps:
         at.rate = _TokenRate(await _generated_tokens(p.cluster))
         if at.under_way is not None and at.under_way.failed():  # recovered from: not counted
             at.under_way = None
-        while at.learning or (at.step < cfg.run.max_steps and not self.control.stopping):
+        while (
+            at.learning
+            or self._queuing is not None
+            or (at.step < cfg.run.max_steps and not self.control.stopping)
+        ):
+            if self._queuing is not None:
+                await self._queuing
+                self._queuing = None
             if at.under_way is None:
                 step_start = time.monotonic()
                 await p.publisher.wait()
@@ -151,15 +161,26 @@ class Steps:
                 # Synchronous: the next rollouts need these weights. A failed sync is raised
                 # where the next batch waits, once this step's metrics are written.
                 await asyncio.wait({sync})
-            elif self._may_queue() and self.upcoming.ready:
-                self._learn(await self.upcoming.take(), time.monotonic(), queued=True)
+            elif self._may_queue():
+                self._queuing = asyncio.ensure_future(self._queue_next())
             record = await self._log_step(learning, learned, learn_s)
             await self._after_step(record, sync)
             p.cluster.check_workers()  # a dead worker is replaced now, not when groups run out
 
+    async def _queue_next(self) -> None:
+        """Ask the learner for the next step once its batch is assembled (the driver's work
+        on the step before goes on meanwhile); none if the batch does not come."""
+        await self.upcoming.assembled()
+        if self.upcoming.ready:  # no wait from here to the call
+            self._learn(await self.upcoming.take(), time.monotonic(), queued=True)
+
     async def settle(self) -> None:
-        """Before a recovery: wait for the learner step asked for, and count and log it if it
-        ended well (the recovery's weight sync then carries that step under its version)."""
+        """Before a recovery: ask for no next step, let the batch under way stop between two
+        takes off the queue (`NextBatch.pause`), wait for the learner step asked for, and
+        count and log it if it ended well (the recovery's weight sync then carries that step
+        under its version)."""
+        await self._stop_queuing()
+        await self.upcoming.pause()
         learning = self.at.under_way
         if learning is None:
             return
@@ -168,6 +189,18 @@ class Steps:
             return  # the learner's state is no step's: nothing is saved from it
         learn_s = await self._count_step(learning)
         await self._log_step(learning, learning.call.result(), learn_s)
+
+    async def close(self) -> None:
+        """The session ends: the batch under way is cancelled (`NextBatch.cancel`)."""
+        await self._stop_queuing()
+        await self.upcoming.cancel()
+
+    async def _stop_queuing(self) -> None:
+        queuing, self._queuing = self._queuing, None
+        if queuing is not None:
+            queuing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await queuing
 
     def _learn(
         self, ready: tuple[Batch, TrainBatch] | None, step_start: float, *, queued: bool

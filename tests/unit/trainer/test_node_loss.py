@@ -37,9 +37,9 @@ def test_a_lost_worker_comes_back_where_the_cluster_has_room(tmp_path: Path) -> 
     assert summary.steps == 4 and _trained(tmp_path) == [1, 2, 3, 4]
     assert summary.rollout_workers == 2 and summary.to_json()["rollout_workers"] == 2
     assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
-    assert [(ranks, version) for ranks, version, _ in clusters.made[0].replaced] == [([1], 2)]
+    assert [(ranks, version) for ranks, version, _ in clusters.made[0].replaced] == [([1], 3)]
     assert (
-        "rollout worker 1 replaced, its engine at policy version 2; 2 episode(s) in flight "
+        "rollout worker 1 replaced, its engine at policy version 3; 2 episode(s) in flight "
         "lost, the run goes on" in said
     )
 
@@ -63,9 +63,9 @@ def test_a_lost_worker_with_no_room_leaves_the_run_fewer_workers(tmp_path: Path)
     assert len(clusters.made) == 1 and clusters.made[0].workers == {0}
     state = RunDirectory(tmp_path).state()
     assert state is not None and state.step == 5
-    # Worker 1's place in its task stream is the last one checkpointed (step 2, two groups
-    # a take), for a resumed run with both workers; worker 0 went on.
-    assert state.tasks_drawn == [10, 4]
+    # Worker 1's place in its task stream is the last one checkpointed before it was lost
+    # (three takes of two groups), for a resumed run with both workers; worker 0 went on.
+    assert state.tasks_drawn == [10, 6]
 
 
 def test_a_run_left_with_no_worker_stops_with_the_cause(tmp_path: Path) -> None:

@@ -96,9 +96,8 @@ def test_a_keeping_weight_update_pauses_generations_in_flight_and_they_go_on_aft
         assert in_flight > 0
         held = [asyncio.create_task(worker.engine.generate()) for _ in range(2)]
         await asyncio.sleep(generate_s / 2)
-        started = loop.time()
         await worker.start_weight_update(1)
-        assert loop.time() - started < generate_s / 4, "the round waited for no generation"
+        assert not any(h.done() for h in held), "the round waited for no generation to end"
         assert worker.engine._in_flight == in_flight + 2, "paused, not ended"
         await asyncio.sleep(2 * generate_s)  # paused: none finishes meanwhile
         assert worker.engine._in_flight == in_flight + 2
@@ -111,7 +110,8 @@ def test_a_keeping_weight_update_pauses_generations_in_flight_and_they_go_on_aft
         running.cancel()
 
     asyncio.run(scenario())
-    # what was left of the reply (about half), after its KV was recomputed
-    assert generate_s / 4 < ended[0] < generate_s
+    # what was left of the reply (about half), after its KV was recomputed: a sleep never
+    # ends early, so a reply that had not paused would be done already
+    assert ended[0] > generate_s / 4
     assert worker.stats().policy_version == 1
     assert _versions(queue) == {0, 1}

@@ -124,15 +124,17 @@ def test_a_stopped_run_saves_its_step_and_skips_the_closing_evaluation(tmp_path:
 
 
 def test_failed_groups_stop_the_run_with_their_error_once_checkpointed(tmp_path: Path) -> None:
-    # Two good steps, then every episode fails.
+    # Good groups until the policy reaches version 2, then every episode fails.
     def groups(version: int) -> list[list[object]]:
         return [[trajectory(1.0, version, error=version >= 2), trajectory(0.0, version)]]
 
     trainer, _, _, _ = _train(tmp_path, "run.max_steps=9", "run.max_failed_groups=4", groups=groups)
     with pytest.raises(AgentHubError, match="the last 4 groups of episodes all ended in errors"):
         trainer.run()
+    # Steps whose batches came before are trained (step 3's was assembled while step 2
+    # trained), and the last of them is checkpointed before the run stops.
     state = RunDirectory(tmp_path).state()
-    assert state is not None and state.step == 2
+    assert state is not None and state.step == _trained(tmp_path)[-1] == 3
     assert trainer.control.reason is not None and trainer.control.reason.kind == "failed_groups"
 
 
@@ -170,12 +172,12 @@ def test_a_dead_rollout_worker_is_replaced_and_the_run_goes_on(tmp_path: Path) -
     assert len((tmp_path / "trajectories.jsonl").read_text().splitlines()) == 4
     cluster = clusters.made[0]
     assert len(clusters.made) == 1, "the same session goes on"
-    assert [(ranks, version) for ranks, version, _ in cluster.replaced] == [([0], 2)]
+    assert [(ranks, version) for ranks, version, _ in cluster.replaced] == [([0], 3)]
     assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
     assert summary.to_json()["faults"] == {"seen": 1, "survived": 1, "episodes_lost": 2}
     assert any(line.startswith("rollout worker 0 died (ProcessDied: killed)") for line in said)
     assert (
-        "rollout worker 0 replaced, its engine at policy version 2; 2 episode(s) in flight "
+        "rollout worker 0 replaced, its engine at policy version 3; 2 episode(s) in flight "
         "lost, the run goes on" in said
     )
 
