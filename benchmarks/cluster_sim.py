@@ -80,6 +80,8 @@ class Point:
     ideal: float
     cpu_cores: float
     stale: float
+    queued: float
+    """Of the measured steps, the share that went to the learner behind the weight sync."""
     modelled: float
     """The learner's modelled time (its steps' and transfers' sleeps as asked), a share of
     the wall time; the rest of its busy time is the machine's lateness and the engines'
@@ -180,7 +182,8 @@ def run_point(
     stale_share = stale / (stale + sum(r["groups/trained"] for r in records))
     wall = window.end - window.start
     busy = window.overlap(made[0].learner_busy)
-    waited = sum(r["learner/wait_s"] for r in records if skip < r["step"] <= steps)
+    measured = [r for r in records if skip < r["step"] <= steps]
+    waited = sum(r["learner/wait_s"] for r in measured)
     cpu = window.cpu_end - window.cpu_start
     trained = (steps - skip) * BATCH_GROUPS * SAMPLES
     scale = model.time_scale
@@ -199,6 +202,7 @@ def run_point(
         ideal=ideal,
         cpu_cores=cpu / wall,
         stale=stale_share,
+        queued=sum(r["learner/queued"] for r in measured) / len(measured),
         modelled=window.overlap(made[0].learner_modelled) / wall,
         scale=scale,
         keep=weight_update == "keep",
@@ -246,7 +250,7 @@ def main() -> None:
     )
     print(
         f"workers  rollout/learner  mode (max_staleness 0/{args.staleness})  learner idle  "
-        "(start  finish  batch  other)  traj/s  ideal  efficiency  stale groups  cores  "
+        "(start  finish  batch  other)  queued  traj/s  ideal  efficiency  stale groups  cores  "
         "async/sync  | orchestration at real time: idle  efficiency  async/sync"
     )
     balanced: tuple[Point, Point] | None = None
@@ -285,8 +289,9 @@ def _row(p: Point, ratio: float, mode: str, sync: Point | None) -> str:
     return (
         f"{p.workers:7d}  {ratio:15.2f}  {mode:27s}  {p.idle:12.1%}  "
         f"({p.start:5.1%}  {p.finish:6.1%}  {p.batch_wait:5.1%}  {p.other:5.1%})  "
-        f"{p.per_s:6.2f}  {p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  {p.stale:12.1%}  "
-        f"{p.cpu_cores:5.2f}  {speed:10s}  |  {idle:5.1%}  {per_s / p.ideal:10.2f}  {real_speed}"
+        f"{p.queued:6.0%}  {p.per_s:6.2f}  {p.ideal:5.2f}  {p.per_s / p.ideal:10.2f}  "
+        f"{p.stale:12.1%}  {p.cpu_cores:5.2f}  {speed:10s}  |  "
+        f"{idle:5.1%}  {per_s / p.ideal:10.2f}  {real_speed}"
     )
 
 

@@ -4,6 +4,7 @@ version while the learner goes on, and rollouts admitted for it once they are se
 from __future__ import annotations
 
 import asyncio
+import time
 
 from agenthub.trainer._cluster import Cluster
 
@@ -27,6 +28,8 @@ class WeightPublisher:
         """How long the last finished sync took."""
         self.pending: asyncio.Task[None] | None = None
         """The last sync started in the background (its weights sent)."""
+        self.sent_at = 0.0
+        """When the driver heard that the last finished sync ended (`time.monotonic`)."""
         self.admitting: asyncio.Task[None] | None = None
         """Rollouts admitted for the last version sent."""
 
@@ -41,6 +44,7 @@ class WeightPublisher:
 
     async def _send(self, version: int) -> None:
         self.sync_s = await self.cluster.send_weights(version)
+        self.sent_at = time.monotonic()
         self.admitting = asyncio.create_task(self._admit(version, self.admitting))
 
     async def _admit(self, version: int, before: asyncio.Task[None] | None) -> None:

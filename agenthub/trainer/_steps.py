@@ -172,7 +172,13 @@ class Steps:
         on the step before goes on meanwhile); none if the batch does not come."""
         await self.upcoming.assembled()
         if self.upcoming.ready:  # no wait from here to the call
-            self._learn(await self.upcoming.take(), time.monotonic(), queued=True)
+            ready = await self.upcoming.take()
+            assert ready is not None
+            sync, now = self.p.publisher.pending, time.monotonic()
+            # The learner, free once the sync ended, waited for the batch since.
+            free = self.p.publisher.sent_at if sync is not None and sync.done() else now
+            ready[0].wait_s = max(now - free, 0.0)
+            self._learn(ready, now, queued=True)
 
     async def settle(self) -> None:
         """Before a recovery: ask for no next step, let the batch under way stop between two
