@@ -78,6 +78,8 @@ class Point:
     """Of `idle`: the learner, free, waiting for its next batch."""
     per_s: float
     ideal: float
+    rollout_capacity: float
+    learner_capacity: float
     cpu_cores: float
     stale: float
     queued: float
@@ -102,11 +104,17 @@ class Point:
         no modelled time (its waits for the orchestration, the engines' answers inside a
         transfer, sleeps that ended late on a loaded machine) counted at the length it had
         here instead of stretched by 1 / time scale as the sleeps are: what a cluster running
-        the model's times at full speed would see, its orchestration as slow as here."""
+        the model's times at full speed would see, its orchestration as slow as here. The
+        faster learner then takes no more than the rollouts give: the workers' capacity less
+        the groups that came back too stale."""
         waited = self.batch_wait + (0.0 if self.keep else self.start)  # for modelled times
         orchestration = 1 - self.modelled - waited  # shares of the wall time
         wall = (self.modelled + waited) / self.scale + orchestration
-        return 1 - self.modelled / self.scale / wall, self.per_s / self.scale / wall
+        per_s = self.per_s / self.scale / wall
+        supply = self.rollout_capacity * (1 - self.stale)
+        if per_s > supply:  # bound by the rollouts: the learner waits for them
+            return 1 - supply / self.learner_capacity, supply
+        return 1 - self.modelled / self.scale / wall, per_s
 
 
 class _Window:
@@ -187,10 +195,8 @@ def run_point(
     cpu = window.cpu_end - window.cpu_start
     trained = (steps - skip) * BATCH_GROUPS * SAMPLES
     scale = model.time_scale
-    ideal = min(
-        model.rollout_capacity(workers, CONCURRENCY),
-        model.learner_capacity(BATCH_GROUPS * SAMPLES),
-    )
+    rollout_cap = model.rollout_capacity(workers, CONCURRENCY)
+    learner_cap = model.learner_capacity(BATCH_GROUPS * SAMPLES)
     return Point(
         workers,
         staleness,
@@ -199,7 +205,9 @@ def run_point(
         finish=window.overlap(made[0].learner_waited["finish"]) / wall,
         batch_wait=waited / wall,
         per_s=trained / wall * scale,
-        ideal=ideal,
+        ideal=min(rollout_cap, learner_cap),
+        rollout_capacity=rollout_cap,
+        learner_capacity=learner_cap,
         cpu_cores=cpu / wall,
         stale=stale_share,
         queued=sum(r["learner/queued"] for r in measured) / len(measured),
