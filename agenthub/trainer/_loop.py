@@ -275,6 +275,7 @@ class Trainer:
         self.log(f"starting {cfg.ray.rollout_workers} rollout worker(s) and the learner")
         if not await self.control.unless_stopped(cluster.start()):
             return self._summary(start.step, start.elapsed_s)
+        self.recovery.started(cluster)  # workers not placed in time: the run goes on without
         parts.checkpointer.bf16 = await cluster.open_weight_sync()
         if state is not None:
             await parts.checkpointer.restore(state)
@@ -354,6 +355,7 @@ class Trainer:
             self.dir.save_samples(batch.groups, cfg.run.save_trajectories)
             await self._after_step(p, record, sync)
             p.cluster.check_workers()  # a dead worker is replaced now, not when groups run out
+            await self.recovery.between_steps(p.cluster, p.publisher, at.step)
 
     async def _record(
         self,
