@@ -24,7 +24,7 @@ from tests.integration.trainer.test_train_cli import _records, _state, _trained_
 
 pytestmark = [pytest.mark.integration]
 
-STEPS = 40  # steps take seconds here: enough to outlast the loss and the wait for room
+STEPS = 50  # steps take seconds: enough to outlast the loss, the wait for room, and the return
 PLACEMENT_S = 20
 ARGS = [
     "--env", "code_exec", "--steps", str(STEPS), "ray.rollout_workers=2",
@@ -67,7 +67,8 @@ def test_a_run_that_loses_a_node_goes_on_with_the_workers_left(tmp_path: Path) -
             at = len(_trained_steps(out))
             nodes.stop_second()
             _wait(run, log, "the worker given up", lambda: "not replaced" in log.read_text())
-            assert len(_trained_steps(out)) < STEPS, "the run must still be going"
+            given_up_at = len(_trained_steps(out))
+            assert given_up_at < STEPS, "the run must still be going"
             nodes.restart_second()
             again = nodes.node_ids[SECOND]
             _wait(run, log, "the worker back", lambda: "2 of 2 rollout workers" in log.read_text())
@@ -77,7 +78,10 @@ def test_a_run_that_loses_a_node_goes_on_with_the_workers_left(tmp_path: Path) -
             if run.poll() is None:
                 run.kill()
     output, summary = _ended(run, log)
-    print(f"the node was lost after step {at}, back after {back_at}: {summary['faults']}")
+    print(
+        f"the node was lost after step {at}, its worker given up after {given_up_at} and back "
+        f"after {back_at} of {STEPS}: {summary['faults']}"
+    )
     assert summary["steps"] == STEPS and summary["stopped"] == f"reached max_steps={STEPS}"
     assert summary["faults"]["seen"] == summary["faults"]["survived"] == 1
     assert summary["rollout_workers"] == 2, "the worker given up came back"
