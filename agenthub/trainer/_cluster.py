@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from agenthub.trainer._batch import TrainBatch
     from agenthub.trainer._workers import WorkerStats
 
-__all__ = ["Cluster", "Lost", "RayCluster", "Replaced", "start_ray"]
+__all__ = ["Cluster", "ClusterNews", "Lost", "RayCluster", "Replaced", "start_ray"]
 
 _OUTPUT_TO_STDERR = "agenthub.trainer._workers.output_to_stderr"
 """Ray's set-up hook for every process of the run (a name: Ray imports it there)."""
@@ -45,6 +45,12 @@ class Lost:
 
     learner: BaseException | None = None
     workers: dict[int, BaseException] = field(default_factory=dict)
+
+
+class ClusterNews(Exception):
+    """Not an error: what `check_workers` raises for the recovery to act on between two steps,
+    as it acts on a dead worker: a given-up rank's new worker found room (`take_back`), or
+    queued groups were found gone (`dropped_episodes`)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,8 @@ class Cluster(Protocol):
         ...
 
     def check_workers(self) -> None:
-        """Raise the error of a rollout worker that stopped."""
+        """Raise the error of a rollout worker that stopped; else `ClusterNews` when the
+        recovery has something to take in (`room_again`, `dropped_episodes`)."""
         ...
 
     def queue_depth(self) -> int: ...
@@ -305,6 +312,8 @@ class RayCluster:
         for ref in done:
             ray.get(ref)  # raises the worker's error
             raise AgentHubError("a rollout worker stopped producing episodes")
+        if self._dropped or self.room_again():
+            raise ClusterNews("a given-up rollout worker found room, or queued groups were lost")
 
     def queue_depth(self) -> int:
         return self.queue.qsize()

@@ -355,7 +355,6 @@ class Trainer:
             self.dir.save_samples(batch.groups, cfg.run.save_trajectories)
             await self._after_step(p, record, sync)
             p.cluster.check_workers()  # a dead worker is replaced now, not when groups run out
-            await self.recovery.between_steps(p.cluster, p.publisher, at.step)
 
     async def _record(
         self,

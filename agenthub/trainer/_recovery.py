@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from agenthub._errors import AgentHubError
-from agenthub.trainer._cluster import Cluster, Replaced
+from agenthub.trainer._cluster import Cluster, ClusterNews, Replaced
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._control import Faults
 from agenthub.trainer._publisher import WeightPublisher
@@ -79,10 +79,10 @@ class Recovery:
             f"{'them' if len(given_up) > 1 else 'it'} back once a node has room"
         )
 
-    async def between_steps(self, cluster: Cluster, publisher: WeightPublisher, step: int) -> None:
-        """After learner step `step`: count the queued episodes of lost workers found gone,
-        and take back the ranks given up whose new worker found room, with the weights of
-        `step` (the sync in flight ended first)."""
+    async def _take_in(self, cluster: Cluster, publisher: WeightPublisher, step: int) -> None:
+        """After `ClusterNews` at step `step`: count the queued episodes of lost workers found
+        gone, and take back the ranks given up whose new worker found room, with the weights
+        of `step` (the sync in flight ended first)."""
         if episodes := cluster.dropped_episodes():
             self.faults.dropped(episodes)
         if not cluster.room_again():
@@ -100,7 +100,11 @@ class Recovery:
         self, cluster: Cluster, publisher: WeightPublisher, error: Exception, step: int
     ) -> Outcome:
         """Whether the run can go on at `step` after `error`, with dead rollout workers
-        replaced; a learner dead and to be restarted raises `LearnerLost`."""
+        replaced; a learner dead and to be restarted raises `LearnerLost`. `ClusterNews` is
+        taken in (a worker back, episodes lost), and the run goes on."""
+        if isinstance(error, ClusterNews):
+            await self._take_in(cluster, publisher, step)
+            return "go_on"
         lost = await cluster.lost()
         if lost.learner is not None:
             if not self.faults.learner_lost(lost.learner):

@@ -14,7 +14,7 @@ from agenthub.agents import Timings, Trajectory
 from agenthub.agents._eval_summary import EvalSummary, TokenCounts
 from agenthub.agents._trajectory import EpisodeError
 from agenthub.trainer._batch import TrainBatch
-from agenthub.trainer._cluster import Lost, Replaced
+from agenthub.trainer._cluster import ClusterNews, Lost, Replaced
 from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._workers import WorkerStats
@@ -191,6 +191,8 @@ class FakeCluster:
     def check_workers(self) -> None:
         if self.dead_workers:
             raise ProcessDied(f"rollout worker {min(self.dead_workers)} died")
+        if self._dropped or self.room_again():
+            raise ClusterNews("news")
 
     def queue_depth(self) -> int:
         return 0
