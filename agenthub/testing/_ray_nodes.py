@@ -7,6 +7,7 @@ Starts Ray's own commands as subprocesses; imports nothing of Ray.
              'ray.learner_resources={"second_node": 1}', ...])
         nodes.node_ids["second_node"]   # the second node's Ray node id
         nodes.stop_second()             # the second node lost (its raylet and actors end)
+        nodes.restart_second()          # and back (node_ids["second_node"] its new id)
 
 `two_nodes` starts a head (`ray start --head --block`, custom resource `head_node`) and a second
 node (`ray start --address=... --block`, custom resource `second_node`), each with its own
@@ -57,11 +58,21 @@ class RayNodes:
     node_ids: dict[str, str]
     logs: Path
     _processes: dict[str, subprocess.Popen[bytes]] = field(repr=False)
+    _second: list[str] = field(default_factory=list, repr=False)
+    """The command that starts the second node."""
 
     def stop_second(self) -> None:
         """Stop the second node, as if its machine went away: its raylet and every actor on it
         end. Idempotent."""
         _stop(self._processes[SECOND])
+
+    def restart_second(self) -> None:
+        """Start the second node again (stopped first if it runs), as a machine that comes
+        back or a new one joining with the same resources, and wait until the cluster holds
+        it: `node_ids[SECOND]` is then its new node id."""
+        _stop(self._processes[SECOND])
+        self._processes[SECOND] = _spawn(self._second, self.logs / "second-again.log")
+        self.node_ids.update(_wait_nodes(self.address, self._processes, self.logs))
 
     def stop(self) -> None:
         """Stop both nodes (the second first). Idempotent."""
@@ -110,6 +121,7 @@ def two_nodes(hidden: Path, head_cpus: int = 2, second_cpus: int = 2) -> Iterato
         mount = 'mount -t tmpfs agenthub-hidden "$0" && exec "$@"'
         covered = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
         covered += [str(hidden), *second]
+        nodes._second = covered
         processes[SECOND] = _spawn(covered, logs / "second.log")
         nodes.node_ids.update(_wait_nodes(address, processes, logs))
         yield nodes

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from agenthub.trainer._batch import TrainBatch
     from agenthub.trainer._workers import WorkerStats
 
-__all__ = ["Cluster", "Lost", "RayCluster", "Replaced", "start_ray"]
+__all__ = ["Cluster", "ClusterNews", "Lost", "RayCluster", "Replaced", "start_ray"]
 
 _OUTPUT_TO_STDERR = "agenthub.trainer._workers.output_to_stderr"
 """Ray's set-up hook for every process of the run (a name: Ray imports it there)."""
@@ -46,6 +47,12 @@ class Lost:
     workers: dict[int, BaseException] = field(default_factory=dict)
 
 
+class ClusterNews(Exception):
+    """Not an error: what `check_workers` raises for the recovery to act on between two steps,
+    as it acts on a dead worker: a given-up rank's new worker found room (`take_back`), or
+    queued groups were found gone (`dropped_episodes`)."""
+
+
 @dataclass(frozen=True)
 class Replaced:
     """What replacing dead rollout workers came to: the episodes the dead ones had in flight
@@ -61,7 +68,12 @@ class Cluster(Protocol):
     """What the driver asks of the run's processes."""
 
     async def start(self) -> None:
-        """Start every rollout worker's engine and env."""
+        """Start every rollout worker's engine and env; one that finds no room in the cluster
+        within `run.worker_placement_timeout_s` is given up (`given_up`)."""
+        ...
+
+    def given_up(self) -> list[int]:
+        """The ranks with no worker: given up at the start, or when their worker died."""
         ...
 
     async def open_weight_sync(self) -> bool:
@@ -87,7 +99,8 @@ class Cluster(Protocol):
         ...
 
     def check_workers(self) -> None:
-        """Raise the error of a rollout worker that stopped."""
+        """Raise the error of a rollout worker that stopped; else `ClusterNews` when the
+        recovery has something to take in (`room_again`, `dropped_episodes`)."""
         ...
 
     def queue_depth(self) -> int: ...
@@ -139,6 +152,23 @@ class Cluster(Protocol):
 
     async def episodes_in_flight(self) -> int:
         """Episodes admitted and not yet trained on: playing, or finished and queued."""
+        ...
+
+    def dropped_episodes(self) -> int:
+        """Episodes of queued groups found gone since the last call (their worker, which held
+        their data, died, or its node was lost): dropped, never trained."""
+        ...
+
+    def room_again(self) -> bool:
+        """Whether a new worker for a rank given up has found room in the cluster and is
+        started, to be taken back (`take_back`). While a rank is given up, looks for room in
+        the background, one try of `run.worker_placement_timeout_s` after another."""
+        ...
+
+    async def take_back(self, version: int) -> list[int]:
+        """Take back the given-up ranks whose new worker found room: every engine joins a new
+        weight-transfer group with the learner and gets the weights of `version`, and the new
+        workers play from their rank's place in the task stream. The ranks taken back."""
         ...
 
 
@@ -195,6 +225,14 @@ class RayCluster:
         self._lives = [0] * len(self.workers)
         self._running: dict[int, Any] = {}
         self._started = False
+        self._given_up: set[int] = set()
+        self._dropped = 0
+        """Queued groups found gone, not yet told (`dropped_episodes`)."""
+        self._search = _RoomSearch(
+            cfg.run.worker_placement_timeout_s,
+            lambda rank: self._new_worker(rank, self._drawn[rank], self._lives[rank]),
+        )
+        """Where the given-up ranks' next workers look for room."""
 
     def _new_worker(self, rank: int, drawn: int, life: int) -> Any:
         """Rollout worker `rank`'s actor, going on after `drawn` tasks, in its `life`-th life
@@ -210,12 +248,24 @@ class RayCluster:
         ).remote(*self._worker_args, rank, self.queue, self.admission, drawn, **later)
 
     async def start(self) -> None:
-        """Start every worker's engine and env, and join the learner's ranks."""
-        await asyncio.gather(
-            self.learner.start(), *(w.start.remote() for w in self.workers.values())
-        )
+        """Start every worker's engine and env, and join the learner's ranks. A worker not
+        placed in time is given up (as after its node's loss), its place in the task stream
+        kept for when it is taken back."""
+
+        async def placed(rank: int, worker: Any) -> None:
+            if not await self._placed(worker):
+                del self.workers[rank]
+                self._given_up.add(rank)
+                return
+            await worker.start.remote()
+
+        workers = list(self.workers.items())
+        await asyncio.gather(self.learner.start(), *(placed(r, w) for r, w in workers))
         self._started = True
         await self._write_processes()
+
+    def given_up(self) -> list[int]:
+        return sorted(self._given_up)
 
     async def open_weight_sync(self) -> bool:
         """Join the engines to the learner's weight transfer; whether the learner trains in
@@ -236,6 +286,7 @@ class RayCluster:
     async def aclose(self) -> None:
         import ray
 
+        self._search.cancel()
         self.stop_workers()
         if self._started:  # else a worker may be inside vLLM's start-up, which nothing cuts
             closing = (w.close.remote() for w in self.workers.values())
@@ -249,6 +300,7 @@ class RayCluster:
         lost = self.queue.lost
         got = await self.queue.get_batch(most, timeout_s=timeout_s)
         if self.queue.lost > lost:  # queued by a worker lost since: their places go back
+            self._dropped += self.queue.lost - lost
             await self.admission.discard.remote(self.queue.lost - lost)
         return got
 
@@ -264,6 +316,8 @@ class RayCluster:
         for ref in done:
             ray.get(ref)  # raises the worker's error
             raise AgentHubError("a rollout worker stopped producing episodes")
+        if self._dropped or self.room_again():
+            raise ClusterNews("a given-up rollout worker found room, or queued groups were lost")
 
     def queue_depth(self) -> int:
         return self.queue.qsize()
@@ -350,31 +404,40 @@ class RayCluster:
         new = {rank: w for (rank, w), ok in zip(new.items(), placed, strict=True) if ok}
         episodes = lost_groups * self.cfg.rollout.n_samples_per_prompt
         given_up = [rank for rank in ranks if rank not in new]
+        self._given_up.update(given_up)
         if new or self.workers:
             await asyncio.gather(*(w.start.remote() for w in new.values()))
-            self.workers = dict(sorted({**self.workers, **new}.items()))
-            await self.open_weight_sync()
-            await self.send_weights(version)
-            await self.admit_version(version)
-            if playing:
-                self._running |= {rank: w.run.remote() for rank, w in new.items()}
-            await self._write_processes()
+            await self._join(new, version, playing)
         return Replaced(episodes, given_up, len(self.workers))
 
-    async def _placed(self, worker: Any) -> bool:
-        """Whether the new actor `worker` found room in the cluster and came up within
-        `run.worker_placement_timeout_s`; if not, it is killed (Ray would keep it waiting for
-        a node for ever)."""
-        import ray
+    async def _join(self, new: dict[int, Any], version: int, playing: bool) -> None:
+        """Add the started workers `new` to the run: every engine joins a new weight-transfer
+        group with the learner and gets the weights of `version`, and (`playing`) the new
+        workers play."""
+        self.workers = dict(sorted({**self.workers, **new}.items()))
+        self._given_up.difference_update(new)
+        await self.open_weight_sync()
+        await self.send_weights(version)
+        await self.admit_version(version)
+        if playing:
+            self._running |= {rank: w.run.remote() for rank, w in new.items()}
+        await self._write_processes()
 
-        try:
-            await asyncio.wait_for(
-                worker.__ray_ready__.remote(), self.cfg.run.worker_placement_timeout_s
-            )
-        except TimeoutError:
-            ray.kill(worker, no_restart=True)
-            return False
-        return True
+    def dropped_episodes(self) -> int:
+        groups, self._dropped = self._dropped, 0
+        return groups * self.cfg.rollout.n_samples_per_prompt
+
+    def room_again(self) -> bool:
+        return self._search.found(sorted(self._given_up))
+
+    async def take_back(self, version: int) -> list[int]:
+        new = self._search.take()
+        if new:
+            await self._join(new, version, bool(self._running))
+        return sorted(new)
+
+    async def _placed(self, worker: Any) -> bool:
+        return await _placed(worker, self.cfg.run.worker_placement_timeout_s)
 
     async def episodes_in_flight(self) -> int:
         groups = int(await self.admission.groups_in_flight.remote()) + self.queue.qsize()
@@ -399,6 +462,77 @@ class RayCluster:
         about["nodes"]["rollout_workers"] = nodes[ranks:]
         self.processes.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.processes, json.dumps(about))
+
+
+class _RoomSearch:
+    """The look for room for the ranks given up, in the background: a try places a new worker
+    for each (`new_worker(rank)`: it goes on from the rank's place in the task stream), waits
+    up to `timeout_s` for Ray to place it, and starts those placed; the others are killed,
+    and the next try starts when the driver asks again. So a cluster with no room is asked once
+    every `timeout_s`, and a node that joins is used within that time."""
+
+    def __init__(self, timeout_s: float, new_worker: Callable[[int], Any]) -> None:
+        self.timeout_s = timeout_s
+        self.new_worker = new_worker
+        self._try: asyncio.Task[dict[int, Any]] | None = None
+        self._trying: dict[int, Any] = {}
+        """The try's workers, by rank (killed if the run ends first)."""
+
+    def found(self, ranks: list[int]) -> bool:
+        """Whether the last try found room (its workers started, to `take`); starts a try for
+        `ranks` when none is under way. Raises the error of a new worker that failed to
+        start."""
+        if self._try is not None and self._try.done():
+            if self._try.result():
+                return True
+            self._try = None  # none found room: try again
+        if self._try is None and ranks:
+            self._try = asyncio.create_task(self._place(ranks))
+        return False
+
+    def take(self) -> dict[int, Any]:
+        """The started workers of a try that found room, by rank (none while it runs)."""
+        if self._try is None or not self._try.done():
+            return {}
+        new, self._try, self._trying = self._try.result(), None, {}
+        return new
+
+    async def _place(self, ranks: list[int]) -> dict[int, Any]:
+        import ray
+
+        self._trying = {rank: self.new_worker(rank) for rank in ranks}
+        placed = await asyncio.gather(*(_placed(w, self.timeout_s) for w in self._trying.values()))
+        new = {r: w for (r, w), ok in zip(self._trying.items(), placed, strict=True) if ok}
+        try:
+            await asyncio.gather(*(w.start.remote() for w in new.values()))
+        except BaseException:
+            for actor in new.values():
+                ray.kill(actor, no_restart=True)
+            raise
+        return new
+
+    def cancel(self) -> None:
+        """End the try under way, and kill its workers."""
+        import ray
+
+        if self._try is not None:
+            self._try.cancel()
+        for actor in self._trying.values():
+            ray.kill(actor, no_restart=True)
+
+
+async def _placed(worker: Any, timeout_s: float) -> bool:
+    """Whether the new actor `worker` found room in the cluster and came up within
+    `timeout_s` (`run.worker_placement_timeout_s`); if not, it is killed (Ray would keep it
+    waiting for a node for ever)."""
+    import ray
+
+    try:
+        await asyncio.wait_for(worker.__ray_ready__.remote(), timeout_s)
+    except TimeoutError:
+        ray.kill(worker, no_restart=True)
+        return False
+    return True
 
 
 def start_ray(cfg: TrainConfig, library_log: Path | None = None) -> None:

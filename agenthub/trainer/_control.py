@@ -179,6 +179,12 @@ class Faults:
         self.counts.episodes_lost += episodes_lost
         self.log(f"{what}; {episodes_lost} episode(s) in flight lost, the run goes on")
 
+    def dropped(self, episodes: int) -> None:
+        """Episodes a lost rollout worker had queued, found gone (their data went with its
+        process or node) after its loss was counted: lost too."""
+        self.counts.episodes_lost += episodes
+        self.log(f"{episodes} episode(s) queued by a lost rollout worker dropped, never trained")
+
 
 def _cause(exc: BaseException) -> str:
     """An error's first line, short: Ray's actor errors run to a page."""

@@ -239,6 +239,7 @@ class Trainer:
         self.log(f"starting {cfg.ray.rollout_workers} rollout worker(s) and the learner")
         if not await self.control.unless_stopped(cluster.start()):
             return self._summary(start.step, start.elapsed_s)
+        self.recovery.started(cluster)  # workers not placed in time: the run goes on without
         parts.checkpointer.bf16 = await cluster.open_weight_sync()
         if state is not None:
             await parts.checkpointer.restore(state)

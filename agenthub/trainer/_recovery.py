@@ -1,8 +1,9 @@
 """Recovery from a lost process: a rollout worker that died is replaced in the running
 session (or, when the cluster has no room for it in time, as after the loss of its node, the
-run goes on without it); a learner that died (any one of its ranks: the others wait on it in
-every collective) ends the session, and the driver starts a new one, every rank new, from the
-last checkpoint (`LearnerLost`). Both are counted and bounded by `Faults`."""
+run goes on without it, and takes it back once a node has room); a learner that died (any one
+of its ranks: the others wait on it in every collective) ends the session, and the driver
+starts a new one, every rank new, from the last checkpoint (`LearnerLost`). Both are counted
+and bounded by `Faults`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from agenthub._errors import AgentHubError
-from agenthub.trainer._cluster import Cluster, Replaced
+from agenthub.trainer._cluster import Cluster, ClusterNews, Replaced
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._control import Faults
 from agenthub.trainer._publisher import WeightPublisher
@@ -57,11 +58,53 @@ class Recovery:
         """A new session starts every rollout worker again."""
         self.workers = self.rollout_workers
 
+    def started(self, cluster: Cluster) -> None:
+        """After `cluster.start()`: the run starts with the workers placed, saying which were
+        not; with none, it cannot start."""
+        given_up = cluster.given_up()
+        if not given_up:
+            return
+        self.workers = self.rollout_workers - len(given_up)
+        if not self.workers:
+            raise AgentHubError(
+                f"no rollout worker could start: {self._no_room()} for any of the "
+                f"{self.rollout_workers} (each needs a CPU, ray.worker_num_gpus GPUs and "
+                "ray.worker_resources), as when a node of the cluster is lost. Add a node to "
+                "the Ray cluster or free room on one, or give the workers longer with a larger "
+                f"run.worker_placement_timeout_s. {self.how_to_go_on()}"
+            )
+        self.faults.log(
+            f"rollout worker {_named(given_up)} not placed ({self._no_room()}): the run starts "
+            f"with {self.workers} of {self.rollout_workers} rollout workers, and takes "
+            f"{'them' if len(given_up) > 1 else 'it'} back once a node has room"
+        )
+
+    async def _take_in(self, cluster: Cluster, publisher: WeightPublisher, step: int) -> None:
+        """After `ClusterNews` at step `step`: count the queued episodes of lost workers found
+        gone, and take back the ranks given up whose new worker found room, with the weights
+        of `step` (the sync in flight ended first)."""
+        if episodes := cluster.dropped_episodes():
+            self.faults.dropped(episodes)
+        if not cluster.room_again():
+            return
+        await publisher.wait(admitted=True)
+        back = await cluster.take_back(step)
+        if back:
+            self.workers += len(back)
+            self.faults.log(
+                f"rollout worker {_named(back)} back: {self.workers} of "
+                f"{self.rollout_workers} rollout workers"
+            )
+
     async def recover(
         self, cluster: Cluster, publisher: WeightPublisher, error: Exception, step: int
     ) -> Outcome:
         """Whether the run can go on at `step` after `error`, with dead rollout workers
-        replaced; a learner dead and to be restarted raises `LearnerLost`."""
+        replaced; a learner dead and to be restarted raises `LearnerLost`. `ClusterNews` is
+        taken in (a worker back, episodes lost), and the run goes on."""
+        if isinstance(error, ClusterNews):
+            await self._take_in(cluster, publisher, step)
+            return "go_on"
         lost = await cluster.lost()
         if lost.learner is not None:
             if not self.faults.learner_lost(lost.learner):
@@ -79,7 +122,9 @@ class Recovery:
         if not replaced.workers:
             self._given_up = replaced.given_up
             return "failed"
-        self.faults.survived(replaced.episodes_lost, self._said(ranks, replaced, step))
+        # With the groups it had queued that are found gone by now (more may be, later).
+        episodes = replaced.episodes_lost + cluster.dropped_episodes()
+        self.faults.survived(episodes, self._said(ranks, replaced, step))
         return "go_on"
 
     def _said(self, ranks: list[int], replaced: Replaced, step: int) -> str:

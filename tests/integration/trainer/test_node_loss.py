@@ -3,10 +3,11 @@ second node: two rollout workers, one on each node (the head offers two CPUs, th
 one worker's; the second node one, the other worker's), and the learner on the head. Once a
 checkpoint exists the second node is stopped, its raylet and its worker with it, as when a
 machine goes away. The head has no room for a replacement, so after
-`run.worker_placement_timeout_s` the run gives that worker up, says so, and reaches its steps
-with the one worker left. (A replacement that finds room is covered by
-tests/unit/trainer/test_node_loss.py.) The second node sees the driver's files here: what is
-tested is the loss of a node, not a cluster without a shared filesystem."""
+`run.worker_placement_timeout_s` the run gives that worker up, says so, and goes on with the
+one worker left; then the second node starts again, as the machine back, and the run takes
+the worker back on it and reaches its steps with both. (A replacement that finds room at once
+is covered by tests/unit/trainer/test_node_loss.py.) The second node sees the driver's files
+here: what is tested is the loss of a node, not a cluster without a shared filesystem."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.integration.trainer.test_train_cli import _records, _state, _trained_
 
 pytestmark = [pytest.mark.integration]
 
-STEPS = 40  # steps take seconds here: enough to outlast the loss and the wait for room
+STEPS = 50  # steps take seconds: enough to outlast the loss, the wait for room, and the return
 PLACEMENT_S = 20
 ARGS = [
     "--env", "code_exec", "--steps", str(STEPS), "ray.rollout_workers=2",
@@ -66,23 +67,32 @@ def test_a_run_that_loses_a_node_goes_on_with_the_workers_left(tmp_path: Path) -
             at = len(_trained_steps(out))
             nodes.stop_second()
             _wait(run, log, "the worker given up", lambda: "not replaced" in log.read_text())
-            assert len(_trained_steps(out)) < STEPS, "the run must still be going"
+            given_up_at = len(_trained_steps(out))
+            assert given_up_at < STEPS, "the run must still be going"
+            nodes.restart_second()
+            again = nodes.node_ids[SECOND]
+            _wait(run, log, "the worker back", lambda: "2 of 2 rollout workers" in log.read_text())
+            back_at = len(_trained_steps(out))
             run.wait(timeout=600)
         finally:
             if run.poll() is None:
                 run.kill()
     output, summary = _ended(run, log)
-    print(f"the node was lost after step {at}; the run's count: {summary['faults']}")
+    print(
+        f"the node was lost after step {at}, its worker given up after {given_up_at} and back "
+        f"after {back_at} of {STEPS}: {summary['faults']}"
+    )
     assert summary["steps"] == STEPS and summary["stopped"] == f"reached max_steps={STEPS}"
     assert summary["faults"]["seen"] == summary["faults"]["survived"] == 1
-    assert summary["rollout_workers"] == 1
+    assert summary["rollout_workers"] == 2, "the worker given up came back"
     said = " ".join(output.split())  # the terminal's lines are wrapped
     assert f"rollout worker {rank} died" in said
     assert (
         f"rollout worker {rank} not replaced (the Ray cluster had no room for a new worker "
         f"within run.worker_placement_timeout_s={PLACEMENT_S} s): 1 of 2 rollout workers left"
     ) in said
-    assert _placed(out)["rollout_workers"] == [head], "the worker left is the head's"
+    assert f"rollout worker {rank} back: 2 of 2 rollout workers" in said
+    assert sorted(_placed(out)["rollout_workers"]) == sorted([head, again]), "one on each"
 
     steps = [r["step"] for r in _records(out) if "train/reward" in r]
     assert steps == list(range(1, STEPS + 1)), "every step's metrics once, in order"

@@ -14,7 +14,7 @@ from agenthub.agents import Timings, Trajectory
 from agenthub.agents._eval_summary import EvalSummary, TokenCounts
 from agenthub.agents._trajectory import EpisodeError
 from agenthub.trainer._batch import TrainBatch
-from agenthub.trainer._cluster import Lost, Replaced
+from agenthub.trainer._cluster import ClusterNews, Lost, Replaced
 from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._workers import WorkerStats
@@ -87,11 +87,13 @@ def informative(version: int) -> list[list[Trajectory]]:
 class Kills:
     """When the fake's processes die, shared by every cluster a run makes: rollout worker
     `worker_rank` once the learner reaches each step of `worker_at` (before its next batch),
-    the learner during each learner step of `learner_at`. Each happens once."""
+    the learner during each learner step of `learner_at`. Each happens once. A dead worker
+    had `queued` groups in the queue, found gone at the first take after its replacement."""
 
     worker_at: list[int] = field(default_factory=list)
     learner_at: list[int] = field(default_factory=list)
     worker_rank: int = 0
+    queued: int = 0
 
 
 class ProcessDied(Exception):
@@ -103,7 +105,8 @@ class FakeCluster:
     gives none), a learner that counts its steps and writes checkpoints as directories, and
     held-out evaluations answered from `eval_rewards` (0.5 once they run out). The Ray
     cluster has room for `room` replacement workers (None: any number); a dead worker with
-    none is given up, as when its node is lost."""
+    none is given up, as when its node is lost, and taken back once there is room (a test
+    gives it some later). At the start, it has room for `start_room` workers (None: all)."""
 
     def __init__(
         self,
@@ -116,6 +119,7 @@ class FakeCluster:
         on_learn: Callable[[int], None] | None = None,
         kills: Kills | None = None,
         room: int | None = None,
+        start_room: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.version = version
@@ -135,12 +139,23 @@ class FakeCluster:
         self.workers = set(range(cfg.ray.rollout_workers))
         """The ranks with a worker (dead or alive): a rank given up has none."""
         self.room = room
+        self.start_room = start_room
         self.learner_dead = False
         self.replaced: list[tuple[list[int], int, list[int]]] = []
         """Each replacement: the ranks, the policy version, and the tasks drawn then."""
+        self.taken_back: list[tuple[list[int], int]] = []
+        """Each take back: the ranks, and the policy version their engines got."""
+        self.asked_for_room = 0
+        self._queued_lost = 0
+        self._dropped = 0
 
     async def start(self) -> None:
         self.calls.append("start")
+        if self.start_room is not None:
+            self.workers = set(range(min(self.start_room, self.cfg.ray.rollout_workers)))
+
+    def given_up(self) -> list[int]:
+        return [rank for rank in range(self.cfg.ray.rollout_workers) if rank not in self.workers]
 
     async def open_weight_sync(self) -> bool:
         return False
@@ -161,6 +176,7 @@ class FakeCluster:
             self.dead_workers.add(self.kills.worker_rank)
         if self.dead_workers:
             raise TimeoutError("no trajectory arrived")
+        self._dropped, self._queued_lost = self._dropped + self._queued_lost, 0
         got = self.groups(self.version)[:most]
         if not got:
             raise TimeoutError("no trajectory arrived")
@@ -175,6 +191,8 @@ class FakeCluster:
     def check_workers(self) -> None:
         if self.dead_workers:
             raise ProcessDied(f"rollout worker {min(self.dead_workers)} died")
+        if self._dropped or self.room_again():
+            raise ClusterNews("news")
 
     def queue_depth(self) -> int:
         return 0
@@ -228,12 +246,31 @@ class FakeCluster:
         given_up = [rank for rank in ranks if rank not in placed]
         self.dead_workers.difference_update(ranks)
         self.workers.difference_update(given_up)
+        self._queued_lost += self.kills.queued * len(ranks)
         self.version = version
         self.replaced.append((placed, version, list(self.tasks_drawn)))
         return Replaced(2 * len(ranks), given_up, len(self.workers))
 
     async def episodes_in_flight(self) -> int:
         return 4
+
+    def dropped_episodes(self) -> int:
+        groups, self._dropped = self._dropped, 0
+        return groups * self.cfg.rollout.n_samples_per_prompt
+
+    def room_again(self) -> bool:
+        if self.given_up():
+            self.asked_for_room += 1
+        return bool(self.given_up()) and (self.room is None or self.room > 0)
+
+    async def take_back(self, version: int) -> list[int]:
+        back = self.given_up()[: self.room]
+        if self.room is not None:
+            self.room -= len(back)
+        self.workers.update(back)
+        self.version = version
+        self.taken_back.append((back, version))
+        return back
 
 
 def _write(path: Path, text: str) -> None:

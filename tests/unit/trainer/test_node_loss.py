@@ -89,3 +89,96 @@ def test_a_run_left_with_no_worker_stops_with_the_cause(tmp_path: Path) -> None:
     assert trainer.faults.counts == FaultCounts(seen=1, survived=0, episodes_lost=0)
     assert not any("the run goes on" in line for line in said)
     assert clusters.made[0].closed
+
+
+def test_groups_a_lost_worker_had_queued_count_as_episodes_lost(tmp_path: Path) -> None:
+    trainer, _, said, _ = _train(
+        tmp_path,
+        "run.max_steps=4",
+        "ray.rollout_workers=2",
+        "rollout.n_samples_per_prompt=4",
+        kills=Kills(worker_at=[2], worker_rank=1, queued=3),
+        room=1,
+    )
+    summary = trainer.run()
+    assert summary.steps == 4 and _trained(tmp_path) == [1, 2, 3, 4]
+    # 2 episodes playing, and 3 queued groups of 4 found gone at the next take.
+    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2 + 3 * 4)
+    assert summary.to_json()["faults"]["episodes_lost"] == 14
+    assert "12 episode(s) queued by a lost rollout worker dropped, never trained" in said
+
+
+def test_a_given_up_worker_comes_back_when_a_node_has_room(tmp_path: Path) -> None:
+    def room_at_step_4(step: int) -> None:
+        if step == 4:
+            clusters.made[0].room = 1  # a node joins
+
+    trainer, clusters, said, _ = _train(
+        tmp_path,
+        "run.max_steps=6",
+        "ray.rollout_workers=2",
+        "run.worker_placement_timeout_s=45",
+        kills=Kills(worker_at=[2], worker_rank=1),
+        room=0,
+        on_learn=room_at_step_4,
+    )
+    summary = trainer.run()
+    assert summary.steps == 6 and _trained(tmp_path) == [1, 2, 3, 4, 5, 6]
+    assert summary.rollout_workers == 2, "the run ended with both workers"
+    cluster = clusters.made[0]
+    assert cluster.taken_back == [([1], 4)], "back after step 4, its engine at version 4"
+    # After steps 3 and 4, and once more as it is taken in; not after it is back.
+    assert cluster.asked_for_room == 3
+    not_placed = next(i for i, line in enumerate(said) if "not replaced" in line)
+    back = said.index("rollout worker 1 back: 2 of 2 rollout workers")
+    assert not_placed < back
+    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
+    state = RunDirectory(tmp_path).state()
+    assert state is not None and state.tasks_drawn[1] > 4, "worker 1 drew tasks again"
+
+
+def test_a_worker_with_no_room_at_the_start_is_given_up_its_place_kept(tmp_path: Path) -> None:
+    first, _, _, _ = _train(tmp_path, "run.max_steps=2", "ray.rollout_workers=2")
+    first.run()
+    before = RunDirectory(tmp_path).state()
+    assert before is not None and before.tasks_drawn == [4, 4]
+    trainer, clusters, said, _ = _train(
+        tmp_path, "run.max_steps=4", "ray.rollout_workers=2", resume=True, start_room=1, room=0
+    )
+    summary = trainer.run()
+    assert summary.steps == 4 and _trained(tmp_path) == [1, 2, 3, 4]
+    assert summary.rollout_workers == 1
+    assert (
+        "rollout worker 1 not placed (the Ray cluster had no room for a new worker within "
+        "run.worker_placement_timeout_s=120 s): the run starts with 1 of 2 rollout workers, "
+        "and takes it back once a node has room"
+    ) in said
+    assert summary.faults == FaultCounts(), "not a fault: no process died"
+    state = RunDirectory(tmp_path).state()
+    assert state is not None and state.tasks_drawn == [8, 4], "worker 1's place is kept"
+    assert clusters.made[0].asked_for_room == 2, "after steps 3 and 4"
+
+
+def test_a_worker_given_up_at_the_start_comes_back_when_there_is_room(tmp_path: Path) -> None:
+    trainer, clusters, said, _ = _train(
+        tmp_path, "run.max_steps=3", "ray.rollout_workers=2", start_room=1
+    )
+    summary = trainer.run()
+    assert summary.steps == 3 and summary.rollout_workers == 2
+    assert clusters.made[0].taken_back == [([1], 1)]
+    assert "rollout worker 1 back: 2 of 2 rollout workers" in said
+
+
+def test_a_run_whose_workers_find_no_room_at_the_start_says_what_to_do(tmp_path: Path) -> None:
+    trainer, clusters, _, _ = _train(
+        tmp_path, "run.max_steps=3", "ray.rollout_workers=2", start_room=0
+    )
+    with pytest.raises(AgentHubError) as failed:
+        trainer.run()
+    assert str(failed.value).startswith(
+        "no rollout worker could start: the Ray cluster had no room for a new worker within "
+        "run.worker_placement_timeout_s=120 s for any of the 2 (each needs a CPU, "
+        "ray.worker_num_gpus GPUs and ray.worker_resources), as when a node of the cluster is "
+        "lost. Add a node to the Ray cluster or free room on one"
+    )
+    assert _trained(tmp_path) == [] and clusters.made[0].closed
