@@ -175,10 +175,11 @@ class Steps:
             ready = await self.upcoming.take()
             assert ready is not None
             sync, now = self.p.publisher.pending, time.monotonic()
-            # The learner, free once the sync ended, waited for the batch since.
+            # The learner, free once the sync ended, waited for the batch since: the step
+            # began then.
             free = self.p.publisher.sent_at if sync is not None and sync.done() else now
             ready[0].wait_s = max(now - free, 0.0)
-            self._learn(ready, now, queued=True)
+            self._learn(ready, min(free, now), queued=True)
 
     async def settle(self) -> None:
         """Before a recovery: ask for no next step, let the batch under way stop between two
@@ -229,13 +230,14 @@ class Steps:
 
     async def _count_step(self, learning: _Learning) -> float:
         """Count the learner's step just ended; how long it computed. A step queued behind a
-        sync began once the sync ended (waited for here: it ended before the step began)."""
+        sync began once it was asked for and the sync had ended (waited for here: it ended
+        before the step began)."""
         ended = time.monotonic()
         self.at.under_way, self.at.step = None, self.at.step + 1
         if not learning.queued:
             return ended - learning.learn_start
-        await self.p.publisher.sent()
-        return max(ended - learning.learn_start - self.p.publisher.sync_s, 0.0)
+        await self.p.publisher.sent()  # the last sync to end: the driver heard it at `sent_at`
+        return ended - max(learning.learn_start, self.p.publisher.sent_at)
 
     async def _log_step(
         self, learning: _Learning, learned: dict[str, float], learn_s: float

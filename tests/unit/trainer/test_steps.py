@@ -96,6 +96,11 @@ def test_the_next_step_is_asked_for_behind_the_sync_when_its_batch_is_ready(
 ) -> None:
     learner = _run(tmp_path, "run.max_steps=5")[0]
     assert _trained(tmp_path) == [1, 2, 3, 4, 5]
+    records = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "train/reward" in r]
+    assert [r["learner/queued"] for r in records] == [0, 1, 0, 1, 0]  # not after checkpoints
+    for r in records:  # a queued step's time counts its wait for the batch
+        assert 0.0 <= r["learner/wait_s"] <= r["learner/step_s"]
+        assert 0.0 <= r["learner/learn_s"] <= r["learner/step_s"]
     log = learner.log
     # After step 1 (no checkpoint due) step 2 is asked for before the sync of version 1 ends.
     assert log.index("learn asked", log.index("send 1 asked")) < log.index("send 1 ended")
