@@ -18,17 +18,9 @@ from agenthub.trainer._config import TrainConfig, load_config
 from agenthub.trainer._metrics import read_metrics
 
 from ._fakes import FakeCluster, ProcessDied
+from .test_trainer_loop import SMALL
 
 T = TypeVar("T")
-
-SMALL = [
-    "env=math",
-    "algorithm.batch_groups=2",
-    "eval.every=0",
-    "run.checkpoint_every=2",
-    "run.wandb=disabled",
-    "run.save_trajectories=1",
-]
 
 
 class _InOrderLearner(FakeCluster):
@@ -78,7 +70,7 @@ def _run(tmp_path: Path, *overrides: str, **options: Any) -> list[_InOrderLearne
         made.append(_InOrderLearner(cfg, version, drawn, **options))
         return made[-1]
 
-    cfg = load_config([], [*SMALL, *overrides])
+    cfg = load_config([], [*SMALL, "eval.every=0", *overrides])
     Trainer(cfg, tmp_path, log=lambda _: None, cluster=cluster).run()
     return made
 
