@@ -1,4 +1,4 @@
-"""Padded tensors for one learner step."""
+"""The learner's batch: per-token values of every sequence, right-padded to one length."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
+
+from agenthub.trainer._packing import Packed, first_fit_decreasing, pack
 
 _Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -81,15 +83,20 @@ class TrainBatch:
         """The same batch on `device`."""
         return self._map(lambda t: t.to(device), lambda t: t.to(device))
 
-    def micro_batches(self, size: int) -> list[TrainBatch]:
-        """Split into micro-batches of up to `size` sequences of similar length, each cut to
-        its own longest sequence: padding costs as much compute as tokens, and episodes differ
-        in length several-fold."""
+    def micro_batches(self, size: int, *, max_tokens: int | None = None) -> list[TrainBatch]:
+        """Split into micro-batches, each cut to its own longest sequence: of up to `size`
+        sequences of similar length, or, with `max_tokens`, of as many sequences as fit in that
+        many tokens (first-fit decreasing; a longer sequence alone). Padding costs as much
+        compute as tokens in a padded forward pass, and episodes differ in length several-fold;
+        the learner's forward pass packs each micro-batch (`pack`), so it computes on none."""
         lengths = self.attention_mask.sum(dim=1)
-        order = torch.argsort(lengths, descending=True, stable=True)
+        if max_tokens is not None:
+            groups = [torch.tensor(g) for g in first_fit_decreasing(lengths.tolist(), max_tokens)]
+        else:
+            order = torch.argsort(lengths, descending=True, stable=True)
+            groups = [order[start : start + size] for start in range(0, len(self), size)]
         out = []
-        for start in range(0, len(self), size):
-            rows = order[start : start + size]
+        for rows in groups:
             width = max(int(lengths[rows].max()), 1)
             out.append(self._map(lambda t: t[rows, :width], lambda t: t[rows]))  # noqa: B023
         return out
@@ -110,7 +117,9 @@ class TrainBatch:
             rewards=None if one.rewards is None else torch.zeros_like(one.rewards),
         )
 
-    def shard(self, ranks: int, micro_batch_size: int) -> list[list[TrainBatch]]:
+    def shard(
+        self, ranks: int, micro_batch_size: int, max_tokens: int | None = None
+    ) -> list[list[TrainBatch]]:
         """The micro-batches one learner takes (`micro_batches`), shared out among `ranks`
         data-parallel ranks by tokens: each, most tokens first, goes to the rank with the
         fewest so far (ties: the lower rank), and each rank keeps them in their order. Whole
@@ -118,7 +127,7 @@ class TrainBatch:
         takes: N ranks take one rank's step. One rank gets `micro_batches` unchanged."""
         if ranks < 1:
             raise ValueError(f"a batch is shared among 1 or more ranks, not {ranks}")
-        chunks = self.micro_batches(micro_batch_size)
+        chunks = self.micro_batches(micro_batch_size, max_tokens=max_tokens)
         tokens = [int(c.attention_mask.sum()) for c in chunks]
         owners = [0] * len(chunks)
         loads = [0] * ranks
@@ -126,6 +135,52 @@ class TrainBatch:
             owners[i] = least = min(range(ranks), key=lambda r: loads[r])
             loads[least] += tokens[i]
         return [[c for c, o in zip(chunks, owners, strict=True) if o == r] for r in range(ranks)]
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of a learner step: its per-token values ([B, T], for the loss), the
+    same sequences packed for the model, and its weight in the batch loss (0: one that only
+    keeps a rank in step with the others)."""
+
+    batch: TrainBatch
+    packed: Packed
+    share: float
+
+    @classmethod
+    def of(cls, batch: TrainBatch, device: torch.device | str, share: float = 1.0) -> MicroBatch:
+        """`batch` packed (on the host, where the shapes it reads cost no wait for the
+        device) and moved to `device`."""
+        host = batch.to("cpu")
+        packed = pack(host.input_ids, host.attention_mask, host.loss_mask)
+        return cls(host.to(device), packed.to(device), share)
+
+
+def plan_micro_batches(
+    batch: TrainBatch,
+    *,
+    ranks: int,
+    rank: int,
+    micro_batch_size: int,
+    max_tokens: int | None,
+    by_tokens: bool,
+    device: torch.device | str,
+) -> list[MicroBatch]:
+    """Rank `rank`'s micro-batches of `batch` (`TrainBatch.shard`), packed and on `device`,
+    each with its weight in the batch loss: its share of the batch's model tokens when the loss
+    is a mean over tokens (`by_tokens`), else its share of the sequences. Every rank runs as
+    many micro-batches, DeepSpeed's collectives being per backward pass: those of a rank with
+    fewer learn nothing and weigh nothing. Planned on the host, whose shapes cost no wait."""
+    batch = batch.to("cpu")
+    shares = batch.shard(ranks, micro_batch_size, max_tokens)
+    mine = shares[rank]
+    idle = max(len(s) for s in shares) - len(mine)
+    total = max(int(batch.loss_mask.sum()), 1) if by_tokens else len(batch)
+    plan = []
+    for chunk in mine:
+        size = int(chunk.loss_mask.sum()) if by_tokens else len(chunk)
+        plan.append(MicroBatch.of(chunk, device, size / total))
+    return plan + [MicroBatch.of(batch.idle(), device, 0.0)] * idle
 
 
 def _versions(

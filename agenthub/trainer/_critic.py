@@ -18,7 +18,7 @@ import torch
 from pydantic import Field
 
 from agenthub.trainer._advantages import gae
-from agenthub.trainer._batch import TrainBatch
+from agenthub.trainer._batch import MicroBatch, TrainBatch
 from agenthub.trainer._ranks import all_gather, all_reduce, world_size
 from agenthub.trainer._section import ConfigSection
 
@@ -88,31 +88,36 @@ class Critic:
             model=model, config=ds, model_parameters=model.parameters()
         )
 
-    def values(self, batch: TrainBatch) -> torch.Tensor:
-        """[B, T]: the value of the state before each model token (0 on other tokens)."""
-        out = self.engine(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-        scores = out.logits[..., 0].float()
+    def values(self, micro: MicroBatch) -> torch.Tensor:
+        """[B, T]: the value of the state before each model token (0 on other tokens), from
+        the micro-batch's sequences packed into one row."""
+        packed = micro.packed
+        # No cache: with one, transformers would not read the restarts as packed sequences.
+        out = self.engine(
+            input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False
+        )
+        scores = packed.unpack(out.logits[0, :, 0].float())
         values = torch.nn.functional.pad(scores[:, :-1], (1, 0))
-        return values * batch.loss_mask.to(values.dtype)
+        return values * micro.batch.loss_mask.to(values.dtype)
 
-    def prepare(self, chunks: list[TrainBatch]) -> tuple[list[TrainBatch], list[ValueTargets]]:
+    def prepare(self, plan: list[MicroBatch]) -> tuple[list[MicroBatch], list[ValueTargets]]:
         """The micro-batches with per-token GAE advantages, and each one's value targets."""
         cfg = self.config
         advantages, targets = [], []
         with torch.no_grad():
-            for chunk in chunks:
-                values = self.values(chunk)
+            for micro in plan:
+                values = self.values(micro)
                 adv, returns = gae(
-                    final_token_rewards(chunk),
+                    final_token_rewards(micro.batch),
                     values,
-                    chunk.loss_mask,
+                    micro.batch.loss_mask,
                     gamma=cfg.gamma,
                     lam=cfg.lam,
                 )
                 advantages.append(adv)
                 targets.append(ValueTargets(returns=returns, values=values))
         if cfg.whiten:
-            masks = [c.loss_mask.bool() for c in chunks]
+            masks = [m.batch.loss_mask.bool() for m in plan]
             # Whitened over the whole batch: every rank's tokens.
             flat = all_gather(torch.cat([a[m] for a, m in zip(advantages, masks, strict=True)]))
             if flat.numel() > 1:
@@ -120,21 +125,24 @@ class Critic:
                 advantages = [
                     (a - mean) / (std + 1e-6) * m for a, m in zip(advantages, masks, strict=True)
                 ]
-        prepared = [replace(c, advantages=a) for c, a in zip(chunks, advantages, strict=True)]
+        prepared = [
+            replace(m, batch=replace(m.batch, advantages=a))
+            for m, a in zip(plan, advantages, strict=True)
+        ]
         return prepared, targets
 
     def fit(
-        self, chunks: list[TrainBatch], targets: list[ValueTargets], total_tokens: float
+        self, plan: list[MicroBatch], targets: list[ValueTargets], total_tokens: float
     ) -> dict[str, float]:
         """One optimiser step of the clipped value loss over all micro-batches, a mean over the
         `total_tokens` model tokens of the whole batch (of which a learner of several ranks
-        holds a share)."""
+        holds a share). The sums stay on the device until the step ends."""
         ranks = world_size()
-        loss_sum, value_sum = 0.0, 0.0
-        for n, (chunk, target) in enumerate(zip(chunks, targets, strict=True)):
-            self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
-            mask = chunk.loss_mask.to(torch.float32)
-            values = self.values(chunk)
+        sums = []
+        for n, (micro, target) in enumerate(zip(plan, targets, strict=True)):
+            self.engine.set_gradient_accumulation_boundary(n == len(plan) - 1)
+            mask = micro.batch.loss_mask.to(torch.float32)
+            values = self.values(micro)
             errors = (values - target.returns) ** 2
             if self.config.value_clip > 0:
                 clip = self.config.value_clip
@@ -143,10 +151,9 @@ class Critic:
             loss = 0.5 * (errors * mask).sum() / max(total_tokens, 1.0)
             # DeepSpeed averages the ranks' gradients: times the ranks, they add up instead.
             self.engine.backward(loss * ranks)
-            loss_sum += loss.item()
-            value_sum += float((values.detach() * mask).sum())
+            sums.append(torch.stack([loss.detach(), (values.detach() * mask).sum()]))
         self.engine.step()
-        loss_sum, value_sum = all_reduce([loss_sum, value_sum], self.engine.device)
+        loss_sum, value_sum = all_reduce(torch.stack(sums).sum(dim=0).tolist(), self.engine.device)
         return {
             "critic/value_loss": loss_sum,
             "critic/value_mean": value_sum / max(total_tokens, 1.0),

@@ -20,17 +20,26 @@ _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: beyond any threshold, and far from float
 
 @dataclass(frozen=True)
 class ImportanceWeights:
-    """Per-token weights (0 where masked or rejected) and how many tokens were touched."""
+    """Per-token weights (0 where masked or rejected) and which tokens were touched."""
 
     weights: torch.Tensor
-    clipped_fraction: float
-    """Fraction of model tokens whose ratio was clamped into [low, high]."""
-    masked_fraction: float
-    """Fraction of model tokens given weight 0 by the correction."""
     clipped: torch.Tensor
     """[batch, tokens] bool: model tokens whose ratio was clamped."""
     masked: torch.Tensor
     """[batch, tokens] bool: model tokens given weight 0."""
+    model_tokens: torch.Tensor
+    """0-d: how many model tokens there are (at least 1)."""
+
+    @property
+    def clipped_fraction(self) -> float:
+        """Fraction of model tokens whose ratio was clamped into [low, high] (waits for the
+        device)."""
+        return float(self.clipped.sum() / self.model_tokens)
+
+    @property
+    def masked_fraction(self) -> float:
+        """Fraction of model tokens given weight 0 by the correction (waits for the device)."""
+        return float(self.masked.sum() / self.model_tokens)
 
 
 def importance_weights(
@@ -61,9 +70,10 @@ def importance_weights(
             f"importance bounds must satisfy 0 < low <= 1 <= high, got [{low}, {high}]"
         )
     m = mask.to(old_logprobs.dtype)
+    total = m.sum().clamp_min(1)
     if mode == "none":
         nothing = torch.zeros_like(mask, dtype=torch.bool)
-        return ImportanceWeights(m, 0.0, 0.0, nothing, nothing)
+        return ImportanceWeights(m, nothing, nothing, total)
     log_ratio = ((old_logprobs - rollout_logprobs) * m).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     ratio = log_ratio.exp()
     outside = ((ratio < low) | (ratio > high)) & (m > 0)
@@ -76,14 +86,9 @@ def importance_weights(
         seq_ok = ((geo >= low) & (geo <= high)).to(m.dtype)
         keep = keep * seq_ok[:, None]
     weights = ratio.clamp(low, high) * keep
-    total = m.sum().clamp_min(1)
     clipped = outside.to(m.dtype) * keep if mode != "icepop" else torch.zeros_like(m)
     return ImportanceWeights(
-        weights=weights.detach(),
-        clipped_fraction=float(clipped.sum() / total),
-        masked_fraction=float((m - keep).sum() / total),
-        clipped=clipped > 0,
-        masked=(m - keep) > 0,
+        weights=weights.detach(), clipped=clipped > 0, masked=(m - keep) > 0, model_tokens=total
     )
 
 
@@ -106,12 +111,12 @@ class GapMeter:
     """
 
     def __init__(self) -> None:
-        self._sums = {"all": 0.0, "current": 0.0, "stale": 0.0}
-        self._counts = {"all": 0, "current": 0, "stale": 0}
-        self._maxes = {"all": 0.0, "current": 0.0, "stale": 0.0}
+        # Kept on the device of the micro-batches, as sums and maxima in the order of _SUMS
+        # and _KINDS, and read once per step (`merge` or `metrics`).
+        self._sums: torch.Tensor | None = None
+        self._maxes: torch.Tensor | None = None
         self._versions_known = True
-        self._clipped = self._masked = 0
-        self._sequences = self._masked_sequences = 0
+        self._read: tuple[list[float], list[float]] | None = None
 
     def add(
         self,
@@ -124,58 +129,74 @@ class GapMeter:
         """One micro-batch; `current` is [batch, tokens] bool, True where the learner's own
         policy version sampled the token (None: versions unknown, no split)."""
         model = mask > 0
-        gap = (old_logprobs.detach() - rollout_logprobs).abs().float()
-        kinds = {"all": model}
+        gap = (old_logprobs.detach() - rollout_logprobs).abs().to(torch.float64)
         if current is None:
             self._versions_known = False
-        else:
-            kinds |= {"current": model & current, "stale": model & ~current}
-        for kind, where in kinds.items():
-            picked = gap[where]
-            if picked.numel():
-                self._sums[kind] += float(picked.sum())
-                self._counts[kind] += int(picked.numel())
-                self._maxes[kind] = max(self._maxes[kind], float(picked.max()))
-        self._clipped += int((correction.clipped & model).sum())
-        self._masked += int((correction.masked & model).sum())
+            current = torch.zeros_like(model)
+        kinds = [model, model & current, model & ~current]
         has_tokens = model.any(dim=1)
         all_masked = ((correction.masked | ~model).all(dim=1)) & has_tokens
-        self._sequences += int(has_tokens.sum())
-        self._masked_sequences += int(all_masked.sum())
+        sums = [
+            *(torch.where(where, gap, 0).sum() for where in kinds),
+            *(where.sum() for where in kinds),
+            (correction.clipped & model).sum(),
+            (correction.masked & model).sum(),
+            has_tokens.sum(),
+            all_masked.sum(),
+        ]
+        added = torch.stack([v.to(torch.float64) for v in sums])
+        maxes = torch.stack([torch.where(where, gap, 0).max() for where in kinds])
+        if self._sums is None or self._maxes is None:
+            self._sums, self._maxes = added, maxes
+        else:
+            self._sums, self._maxes = self._sums + added, torch.maximum(self._maxes, maxes)
+        self._read = None
+
+    def _values(self) -> tuple[list[float], list[float]]:
+        """The sums and maxima as numbers: the one wait for the device."""
+        if self._read is None:
+            if self._sums is None or self._maxes is None:
+                self._read = [0.0] * len(_SUMS), [0.0] * len(_KINDS)
+            else:
+                self._read = self._sums.tolist(), self._maxes.tolist()
+        return self._read
 
     def merge(self, reduce: Callable[[list[float], str], list[float]]) -> None:
         """Take in the other ranks' meters of a learner of several ranks, each of which
         measured its share of the batch: `reduce(values, op)` gives each value summed
         (`op="sum"`) or maxed (`op="max"`) over every rank."""
-        kinds = ("all", "current", "stale")
-        counts = [self._clipped, self._masked, self._sequences, self._masked_sequences]
-        unknown = 0.0 if self._versions_known else 1.0
-        summed = reduce(
-            [*(self._sums[k] for k in kinds), *(self._counts[k] for k in kinds), *counts, unknown],
-            "sum",
-        )
-        maxed = reduce([self._maxes[k] for k in kinds], "max")
-        for i, kind in enumerate(kinds):
-            self._sums[kind], self._counts[kind] = summed[i], int(summed[3 + i])
-            self._maxes[kind] = maxed[i]
-        self._clipped, self._masked, self._sequences, self._masked_sequences = (
-            int(v) for v in summed[6:10]
-        )
-        self._versions_known = summed[10] == 0
+        sums, maxes = self._values()
+        summed = reduce([*sums, 0.0 if self._versions_known else 1.0], "sum")
+        self._read = summed[: len(_SUMS)], reduce(maxes, "max")
+        self._versions_known = summed[-1] == 0
 
     def metrics(self) -> dict[str, float]:
-        tokens = max(self._counts["all"], 1)
+        sums, maxes = self._values()
+        at = dict(zip(_SUMS, sums, strict=True))
+        largest = dict(zip(_KINDS, maxes, strict=True))
+        tokens = max(at["count/all"], 1.0)
         out = {
-            "gap/mean": self._sums["all"] / tokens,
-            "gap/max": self._maxes["all"],
-            "is_clipped": self._clipped / tokens,
-            "is_masked": self._masked / tokens,
-            "is_masked_sequences": self._masked_sequences / max(self._sequences, 1),
+            "gap/mean": at["sum/all"] / tokens,
+            "gap/max": largest["all"],
+            "is_clipped": at["clipped"] / tokens,
+            "is_masked": at["masked"] / tokens,
+            "is_masked_sequences": at["masked_sequences"] / max(at["sequences"], 1.0),
         }
         if self._versions_known:
-            out["gap/stale_tokens"] = self._counts["stale"] / tokens
+            out["gap/stale_tokens"] = at["count/stale"] / tokens
             for kind in ("current", "stale"):
-                if self._counts[kind]:
-                    out[f"gap/{kind}_mean"] = self._sums[kind] / self._counts[kind]
-                    out[f"gap/{kind}_max"] = self._maxes[kind]
+                if at[f"count/{kind}"]:
+                    out[f"gap/{kind}_mean"] = at[f"sum/{kind}"] / at[f"count/{kind}"]
+                    out[f"gap/{kind}_max"] = largest[kind]
         return out
+
+
+_KINDS = ("all", "current", "stale")
+_SUMS = (
+    *(f"sum/{k}" for k in _KINDS),
+    *(f"count/{k}" for k in _KINDS),
+    "clipped",
+    "masked",
+    "sequences",
+    "masked_sequences",
+)

@@ -10,9 +10,10 @@ from typing import Any, Literal
 import torch
 from pydantic import Field
 
-from agenthub.trainer._batch import TrainBatch, token_logprobs
+from agenthub.trainer._batch import MicroBatch, TrainBatch, plan_micro_batches
 from agenthub.trainer._critic import Critic, CriticConfig
 from agenthub.trainer._importance import GapMeter, importance_weights
+from agenthub.trainer._logprobs import PolicyModel, packed_logprobs
 from agenthub.trainer._loss import Aggregation, KLController, kl_divergence, policy_loss
 from agenthub.trainer._ranks import all_reduce, join_alone, rank, world_size
 from agenthub.trainer._section import ConfigSection
@@ -33,7 +34,19 @@ class LearnerConfig(ConfigSection):
     grad_clip: float = Field(1.0, gt=0)
     """Clip the global gradient norm to this value."""
     micro_batch_size: int = Field(8, ge=1)
-    """Sequences per forward/backward; a batch is split into micro-batches (accumulation)."""
+    """Sequences per forward/backward; a batch is split into micro-batches (accumulation).
+    Unused when `max_tokens_per_micro_batch` is set."""
+    max_tokens_per_micro_batch: int | None = Field(None, ge=1)
+    """Micro-batches by tokens instead: sequences are packed first-fit decreasing into
+    micro-batches of at most this many tokens (a longer sequence gets one of its own). Either
+    way a micro-batch's sequences go through the model packed end to end, with no compute on
+    padding: on a GPU, set this to what fits (e.g. 4096-16384 for a 0.5B model)."""
+    logprob_chunk_tokens: int = Field(1024, ge=1)
+    """Tokens whose output-layer logits (tokens x vocabulary, fp32) exist at once when the
+    learner computes logprobs; never the whole micro-batch's."""
+    gradient_checkpointing: bool = False
+    """Keep only each layer's input for the backward pass and recompute the rest: much less
+    activation memory for long trajectories, for about a third more compute."""
     epochs: int = Field(1, ge=1)
     """Optimiser steps per batch; PPO-clip only matters from the second on."""
     eps_low: float = Field(0.2, ge=0)
@@ -120,7 +133,9 @@ class Learner:
     With a critic (`config.critic`), the batch carries episode rewards and the critic's
     per-token GAE advantages replace its sequence advantages; the critic then takes its own
     step on the returns. `state_dict` returns the policy's full weights (gathered under
-    ZeRO-3) for the engines.
+    ZeRO-3) for the engines; `policy` is the Hugging Face model being trained (its weights
+    under its own names), and `engine` the DeepSpeed engine around it, whose forward pass
+    takes packed sequences and returns token logprobs (`PolicyModel`).
     """
 
     def __init__(self, model_path: str | Path, config: LearnerConfig | None = None) -> None:
@@ -134,7 +149,27 @@ class Learner:
         self.bf16 = bf16 = _bf16(self.config.bf16)
         dtype = torch.bfloat16 if bf16 else torch.float32
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-        ds_config: dict[str, Any] = {
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable({"use_reentrant": False})
+        self.policy = model
+        ds_config = self._deepspeed_config(bf16)
+        wrapped = PolicyModel(model, self.config.logprob_chunk_tokens)
+        self.engine, *_ = deepspeed.initialize(
+            model=wrapped, config=ds_config, model_parameters=wrapped.parameters()
+        )
+        self.reference: PolicyModel | None = None
+        if self.config.kl_coef > 0:
+            reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+            reference.to(self.engine.device).eval().requires_grad_(False)
+            self.reference = PolicyModel(reference, self.config.logprob_chunk_tokens)
+        self.kl = KLController(self.config.kl_coef, self.config.kl_target, self.config.kl_horizon)
+        self.critic: Critic | None = None
+        if self.config.critic is not None:
+            self.critic = Critic(model_path, self.config.critic, ds_config, dtype)
+        self.steps = 0
+
+    def _deepspeed_config(self, bf16: bool) -> dict[str, Any]:
+        return {
             "train_micro_batch_size_per_gpu": self.config.micro_batch_size,
             "gradient_accumulation_steps": 1,
             "gradient_clipping": self.config.grad_clip,
@@ -155,77 +190,56 @@ class Learner:
             "bf16": {"enabled": bf16},
             "steps_per_print": 2**31 - 1,
         }
-        self.engine, *_ = deepspeed.initialize(
-            model=model, config=ds_config, model_parameters=model.parameters()
-        )
-        self.reference: Any = None
-        if self.config.kl_coef > 0:
-            self.reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
-            self.reference.to(self.engine.device).eval().requires_grad_(False)
-        self.kl = KLController(self.config.kl_coef, self.config.kl_target, self.config.kl_horizon)
-        self.critic: Critic | None = None
-        if self.config.critic is not None:
-            self.critic = Critic(model_path, self.config.critic, ds_config, dtype)
-        self.steps = 0
-
-    def _logprobs(self, module: Any, batch: TrainBatch) -> torch.Tensor:
-        logits = module(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        return token_logprobs(logits, batch.input_ids)
 
     def step(self, batch: TrainBatch) -> dict[str, float]:
         """Learn from `batch` (`epochs` optimiser steps); returns metrics for logging. The
-        batch may be on any device: it is moved to the learner's. With several ranks each is
-        given the whole batch and learns from its share of the micro-batches one rank would
-        take (`TrainBatch.shard`), each weighted as one rank weights it: N ranks take the step
-        of one."""
+        batch may be on any device. With several ranks each is given the whole batch and
+        learns from its share of the micro-batches one rank would take (`TrainBatch.shard`),
+        each weighted as one rank weights it: N ranks take the step of one. Nothing in the
+        micro-batch loop waits for the device: metrics are added up there and read once."""
         cfg = self.config
-        batch = batch.to(self.engine.device)
-        shares = batch.shard(self.world_size, cfg.micro_batch_size)
-        mine = shares[self.rank]
-        # Every rank runs as many micro-batches, DeepSpeed's collectives being per backward
-        # pass: those of a rank with fewer learn nothing and weigh nothing.
-        idle = max(len(s) for s in shares) - len(mine)
-        chunks = mine + [batch.idle()] * idle
-        sizes = [len(c) for c in mine] + [0] * idle
         width = int(batch.input_ids.shape[1])  # Dr. GRPO's constant normaliser
+        plan = plan_micro_batches(
+            batch,
+            ranks=self.world_size,
+            rank=self.rank,
+            micro_batch_size=cfg.micro_batch_size,
+            max_tokens=cfg.max_tokens_per_micro_batch,
+            by_tokens=cfg.aggregation == "token-mean",
+            device=self.engine.device,
+        )
         if self.critic is not None:
-            chunks, value_targets = self.critic.prepare(chunks)
-        olds: list[torch.Tensor | None] = [None] * len(chunks)
+            plan, value_targets = self.critic.prepare(plan)
+        olds: list[torch.Tensor | None] = [None] * len(plan)
         if cfg.epochs > 1:
             # Later epochs clip against the policy the batch was first learned from.
             with torch.no_grad():
-                olds = [self._logprobs(self.engine.module, chunk) for chunk in chunks]
-        totals: dict[str, float] = {}
-        share = 1.0 / (len(batch) * cfg.epochs)
+                olds = [packed_logprobs(self.engine.module, m.packed) for m in plan]
+        totals: dict[str, torch.Tensor] = {}
         gap = GapMeter()  # `old` is the same in every epoch: measured in the first
-        norm = 0.0
         for epoch in range(cfg.epochs):
-            for n, (chunk, old, size) in enumerate(zip(chunks, olds, sizes, strict=True)):
+            for n, (micro, old) in enumerate(zip(plan, olds, strict=True)):
                 # DeepSpeed reduces gradients and steps only at the boundary, which it must
                 # know before the last micro-batch's backward pass.
-                self.engine.set_gradient_accumulation_boundary(n == len(chunks) - 1)
-                meter = gap if epoch == 0 else None
-                metrics = self._accumulate(chunk, old, size / len(batch), width, meter)
+                self.engine.set_gradient_accumulation_boundary(n == len(plan) - 1)
+                metrics = self._accumulate(micro, old, width, gap if epoch == 0 else None)
                 for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + value * size * share
-            plain = self._plain_grad_norm()
+                    totals[key] = totals.get(key, 0.0) + value * (micro.share / cfg.epochs)
+            plain = self._plain_grad_norm() if epoch == cfg.epochs - 1 else 0.0
             self.engine.step()
-            found = self.engine.get_global_grad_norm()
-            norm = float(found if found is not None else plain)
-        totals = dict(
-            zip(totals, all_reduce(list(totals.values()), self.engine.device), strict=True)
-        )
-        totals["grad_norm"] = norm
+        found = self.engine.get_global_grad_norm()
+        read = torch.stack(list(totals.values())).tolist() if totals else []
+        out = dict(zip(totals, all_reduce(read, self.engine.device), strict=True))
+        out["grad_norm"] = float(found if found is not None else plain)
         if self.critic is not None:
-            tokens = float(batch.loss_mask.sum())
-            totals.update(self.critic.fit(chunks, value_targets, tokens))
+            out.update(self.critic.fit(plan, value_targets, float(batch.loss_mask.sum())))
         gap.merge(lambda values, op: all_reduce(values, self.engine.device, op))
-        totals.update(gap.metrics())
-        totals["kl_coef"] = self.kl.value
-        if "kl" in totals:
-            self.kl.update(totals["kl"], len(batch))
+        out.update(gap.metrics())
+        out["kl_coef"] = self.kl.value
+        if "kl" in out:
+            self.kl.update(out["kl"], len(batch))
         self.steps += 1
-        return totals
+        return out
 
     def _plain_grad_norm(self) -> float:
         """The gradient norm DeepSpeed computes but does not keep at ZeRO-0 in fp32 (it clips
@@ -237,22 +251,18 @@ class Learner:
         return float(torch.stack(norms).norm()) if norms else 0.0
 
     def _accumulate(
-        self,
-        chunk: TrainBatch,
-        old: torch.Tensor | None,
-        scale: float,
-        width: int,
-        gap: GapMeter | None,
-    ) -> dict[str, float]:
-        """Forward and backward one micro-batch, its loss weighted by `scale` (its share of the
-        batch's sequences); `old` None means the current policy (the first epoch: the same
-        values as the new logprobs, without gradient, and no second pass). `gap`, when given,
-        measures the micro-batch's train/inference gap."""
+        self, micro: MicroBatch, old: torch.Tensor | None, width: int, gap: GapMeter | None
+    ) -> dict[str, torch.Tensor]:
+        """Forward and backward one micro-batch, its loss weighted by its share of the batch;
+        `old` None means the current policy (the first epoch: the same values as the new
+        logprobs, without gradient, and no second pass). `gap`, when given, measures the
+        micro-batch's train/inference gap. The metrics stay on the device."""
         cfg = self.config
+        chunk = micro.batch
         mask = chunk.loss_mask
-        new = self._logprobs(self.engine, chunk)
+        new = packed_logprobs(self.engine, micro.packed)
         old = new.detach() if old is None else old
-        kl, advantages = self._reference_kl(chunk, new)
+        kl, advantages = self._reference_kl(micro, new)
         iw = importance_weights(
             old,
             chunk.rollout_logprobs,
@@ -282,25 +292,25 @@ class Learner:
             kl_mean = kl.sum() / mask.sum().clamp_min(1)
             if cfg.kl_mode == "loss":
                 loss = loss + self.kl.value * kl_mean
-            metrics["kl"] = kl_mean.item()
+            metrics["kl"] = kl_mean.detach()
         # DeepSpeed averages the ranks' gradients: times the ranks, they add up instead.
-        self.engine.backward(loss * (scale * self.world_size))
-        metrics["loss"] = loss.item()
+        self.engine.backward(loss * (micro.share * self.world_size))
+        metrics["loss"] = loss.detach()
         return metrics
 
     def _reference_kl(
-        self, chunk: TrainBatch, new: torch.Tensor
+        self, micro: MicroBatch, new: torch.Tensor
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """The per-token KL to the reference policy (None without one) and the advantages to
         train on: with `kl_mode="reward"`, each token's lowered by its own KL estimate, outside
         the gradient."""
-        advantages = chunk.advantages
+        advantages = micro.batch.advantages
         if self.reference is None:
             return None, advantages
         cfg = self.config
         with torch.no_grad():
-            ref = self._logprobs(self.reference, chunk)
-        kl = kl_divergence(new, ref, chunk.loss_mask, cfg.kl_estimator)
+            ref = packed_logprobs(self.reference, micro.packed)
+        kl = kl_divergence(new, ref, micro.batch.loss_mask, cfg.kl_estimator)
         if cfg.kl_mode == "reward":
             per_seq = advantages[:, None] if advantages.dim() == 1 else advantages
             advantages = per_seq - self.kl.value * kl.detach()
@@ -308,7 +318,7 @@ class Learner:
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Full weights on CPU, gathered from all ranks under ZeRO-3."""
-        module = self.engine.module
+        module = self.policy
         if self.config.zero_stage == 3:
             from deepspeed.runtime.zero import GatheredParameters
 
@@ -341,7 +351,7 @@ class Learner:
         target = Path(directory)
         partial, old = (target.with_name(f"{target.name}.{end}") for end in ("partial", "old"))
         shutil.rmtree(partial, ignore_errors=True)
-        self.engine.module.save_pretrained(partial, state_dict=weights, safe_serialization=True)
+        self.policy.save_pretrained(partial, state_dict=weights, safe_serialization=True)
         AutoTokenizer.from_pretrained(self.model_path).save_pretrained(partial)
         if about is not None:
             (partial / MODEL_CHECKPOINT).write_text(json.dumps(about) + "\n", encoding="utf-8")

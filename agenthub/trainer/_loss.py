@@ -34,9 +34,12 @@ Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-n
 
 @dataclass(frozen=True)
 class PolicyLoss:
+    """The loss and what it did, as 0-d tensors on the loss's device (reading one as a number
+    waits for the device: the learner does so once per step)."""
+
     loss: torch.Tensor
-    clip_fraction: float
-    approx_kl: float
+    clip_fraction: torch.Tensor
+    approx_kl: torch.Tensor
 
 
 def policy_loss(
@@ -77,8 +80,8 @@ def policy_loss(
         raise ValueError(f"unknown aggregation {aggregation!r}")
     with torch.no_grad():
         total = m.sum().clamp_min(1)
-        clip_fraction = float(((clipped > unclipped).to(m.dtype) * m).sum() / total)
-        approx_kl = float((0.5 * (logprobs - old_logprobs) ** 2 * m).sum() / total)
+        clip_fraction = ((clipped > unclipped).to(m.dtype) * m).sum() / total
+        approx_kl = (0.5 * (logprobs - old_logprobs) ** 2 * m).sum() / total
     return PolicyLoss(loss=loss, clip_fraction=clip_fraction, approx_kl=approx_kl)
 
 

@@ -396,7 +396,7 @@ class LearnerWorker:
         if previous is not None:
             previous.shutdown()
         self.sender, self.client = open_sender(
-            self.learner.engine.module,
+            self.learner.policy,
             self.learner.config.zero_stage == 3,
             transfer_backend(self.config.ray),
             workers,
@@ -413,7 +413,7 @@ class LearnerWorker:
             self.client.version = version
             self.sender.send_weights()
         elif self.learner.config.zero_stage == 3:
-            for _ in LearnerSource(self.learner.engine.module, zero3=True):
+            for _ in LearnerSource(self.learner.policy, zero3=True):
                 pass
         return time.perf_counter() - started
 

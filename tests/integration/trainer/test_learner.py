@@ -245,16 +245,21 @@ def test_kl_as_reward_penalty_is_a_per_token_advantage(tiny_model: Path) -> None
     metrics = penalised.step(b)
 
     # The same step by hand: advantages lowered per token by 0.5 * KL(moved || reference),
-    # computed on the learner's device (a CPU sum differs in its last bits from a GPU one,
-    # which flips Adam's first update of a weight whose gradient is near zero).
+    # computed on the learner's device and by the learner's own packed forward pass (a CPU sum
+    # differs in its last bits from a GPU one, and a padded forward from a packed one, which
+    # flips Adam's first update of a weight whose gradient is near zero).
+    from agenthub.trainer._logprobs import PolicyModel, packed_logprobs
+    from agenthub.trainer._packing import pack
+
     device = penalised.engine.device
     b = b.to(device)
+    packed = pack(b.input_ids.cpu(), b.attention_mask.cpu(), b.loss_mask.cpu()).to(device)
     reference = AutoModelForCausalLM.from_pretrained(tiny_model).to(device)
     model = AutoModelForCausalLM.from_pretrained(tiny_model).to(device)
     model.load_state_dict(moved)
     with torch.no_grad():
-        new = token_logprobs(model(input_ids=b.input_ids).logits, b.input_ids)
-        ref = token_logprobs(reference(input_ids=b.input_ids).logits, b.input_ids)
+        new = packed_logprobs(PolicyModel(model, 1024), packed)
+        ref = packed_logprobs(PolicyModel(reference, 1024), packed)
     kl = kl_divergence(new, ref, b.loss_mask, "k3")
     by_hand = TrainBatch(
         b.input_ids,
@@ -294,9 +299,11 @@ def test_ppo_with_a_critic_learns_values_and_moves_the_policy(
     assert float((after[0] - before.rollout_logprobs[0]).sum()) > 0.5, "rewarded: more likely"
     assert float((after[1] - before.rollout_logprobs[1]).sum()) < -0.5, "unrewarded: less"
     assert min(losses[-3:]) < 0.5 * losses[0], losses
-    before = before.to(learner.engine.device)
+    from agenthub.trainer._batch import MicroBatch
+
+    packed = MicroBatch.of(before, learner.engine.device)
     with torch.no_grad():
-        values = learner.critic.values(before)
+        values = learner.critic.values(packed)
     # After its shared first token, the rewarded reply's states are worth more.
     good, bad = float(values[0, -3:].mean()), float(values[1, -3:].mean())
     assert good > bad + 0.4, (good, bad)
@@ -307,7 +314,7 @@ def test_ppo_with_a_critic_learns_values_and_moves_the_policy(
     restored.load_checkpoint(tmp_path / "ckpt", "step-6")
     assert restored.critic is not None
     with torch.no_grad():
-        torch.testing.assert_close(restored.critic.values(before), learner.critic.values(before))
+        torch.testing.assert_close(restored.critic.values(packed), learner.critic.values(packed))
 
 
 def test_the_policy_is_saved_as_a_hugging_face_model_under_zero_3(

@@ -1,0 +1,105 @@
+"""Token logprobs of a causal LM without [tokens x vocabulary] fp32 logits.
+
+The output layer is the largest activation of a small model's step: for a 152k vocabulary, the
+fp32 `log_softmax` of one 1,024-token sequence is 0.6 GB, and autograd keeps it (and the logits
+it came from) until the backward pass. Here the hidden states go through the output layer a
+chunk of tokens at a time under `torch.utils.checkpoint`: the forward pass keeps each token's
+logprob and drops the chunk's logits, the backward pass computes them again one chunk at a
+time. Only the tokens the loss reads are scored (the rest of a sequence still runs through the
+body, which the attention of the scored ones needs). Torch's checkpoint is used rather than a
+hand-written autograd function because it works unchanged under ZeRO-3 (the output layer is
+called as a module, so DeepSpeed gathers its weight) and with tied input/output embeddings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from agenthub.trainer._packing import Packed
+
+__all__ = ["PolicyModel", "chunked_logprobs", "packed_logprobs"]
+
+# Config fields by which some architectures change their logits after the output layer
+# (Gemma's soft-capping, Cohere's and Granite's scaling): those models score tokens through
+# their own forward, which applies them.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def _picked(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits: torch.Tensor = head(hidden).float()
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, chunk_tokens: int
+) -> torch.Tensor:
+    """log softmax(head(hidden))[targets] for [K, H] hidden states and [K] targets, in fp32,
+    holding at most `chunk_tokens` x vocabulary logits at a time (in the backward pass too)."""
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be at least 1, not {chunk_tokens}")
+    parts = []
+    for start in range(0, int(hidden.shape[0]), chunk_tokens):
+        h, t = hidden[start : start + chunk_tokens], targets[start : start + chunk_tokens]
+        if torch.is_grad_enabled() and h.requires_grad:
+            parts.append(checkpoint(_picked, head, h, t, use_reentrant=False))
+        else:
+            parts.append(_picked(head, h, t))
+    return torch.cat(parts)
+
+
+class PolicyModel(torch.nn.Module):
+    """A Hugging Face causal LM as the learner trains it: `forward` takes a packed row of
+    sequences (`Packed`) and returns the logprob of each target token, [K] in fp32.
+
+    It is the module DeepSpeed wraps, so that its backward hooks see the tensor the loss is
+    computed from. Its `state_dict` is the language model's own, under the same names, so
+    checkpoints and exported weights read as the model's.
+    """
+
+    def __init__(self, model: Any, chunk_tokens: int) -> None:
+        super().__init__()
+        self.model = model
+        self.chunk_tokens = chunk_tokens
+        config = model.config
+        self._own_logits = any(getattr(config, k, None) for k in _LOGIT_TRANSFORMS)
+
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor:
+        # No cache: with one, transformers would not read the restarts as packed sequences.
+        before = (targets - 1).clamp_min(0)
+        picked = input_ids[0, targets]
+        if self._own_logits:
+            logits = self.model(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                logits_to_keep=before,
+                use_cache=False,
+            ).logits[0]
+            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            return logprobs.gather(-1, picked[:, None]).squeeze(-1)
+        body = self.model.get_decoder()
+        hidden = body(
+            input_ids=input_ids, position_ids=position_ids, use_cache=False
+        ).last_hidden_state[0]
+        head = self.model.get_output_embeddings()
+        return chunked_logprobs(hidden[before], picked, head, self.chunk_tokens)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self.model.load_state_dict(state_dict, strict=strict, assign=assign)
+
+
+def packed_logprobs(module: Callable[..., torch.Tensor], packed: Packed) -> torch.Tensor:
+    """[B, T]: each loss-mask token's logprob in the micro-batch's layout, 0 elsewhere, from a
+    `PolicyModel` or the DeepSpeed engine around one."""
+    scores = module(
+        input_ids=packed.input_ids, position_ids=packed.position_ids, targets=packed.targets
+    )
+    return packed.unpack_targets(scores)
