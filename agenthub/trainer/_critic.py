@@ -18,6 +18,7 @@ import torch
 from pydantic import Field
 
 from agenthub.trainer._advantages import gae
+from agenthub.trainer._attention import use_packed_attention
 from agenthub.trainer._batch import MicroBatch, TrainBatch
 from agenthub.trainer._ranks import all_gather, all_reduce, world_size
 from agenthub.trainer._section import ConfigSection
@@ -81,6 +82,7 @@ class Critic:
         model = AutoModelForTokenClassification.from_pretrained(
             model_path, num_labels=1, dtype=dtype
         )
+        use_packed_attention(model)
         ds = {**deepspeed_config}
         ds["optimizer"] = {**ds["optimizer"], "params": {**ds["optimizer"]["params"]}}
         ds["optimizer"]["params"]["lr"] = config.lr
@@ -94,7 +96,10 @@ class Critic:
         packed = micro.packed
         # No cache: with one, transformers would not read the restarts as packed sequences.
         out = self.engine(
-            input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False
+            input_ids=packed.input_ids,
+            position_ids=packed.position_ids,
+            use_cache=False,
+            **packed.attention_kwargs(),
         )
         scores = packed.unpack(out.logits[0, :, 0].float())
         values = torch.nn.functional.pad(scores[:, :-1], (1, 0))

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from agenthub.trainer._attention import use_packed_attention
 from agenthub.trainer._packing import Packed
 
 __all__ = ["PolicyModel", "chunked_logprobs", "packed_logprobs"]
@@ -62,30 +63,29 @@ class PolicyModel(torch.nn.Module):
 
     def __init__(self, model: Any, chunk_tokens: int) -> None:
         super().__init__()
+        use_packed_attention(model)
         self.model = model
         self.chunk_tokens = chunk_tokens
         config = model.config
         self._own_logits = any(getattr(config, k, None) for k in _LOGIT_TRANSFORMS)
 
     def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        targets: torch.Tensor,
+        **packing: Any,
     ) -> torch.Tensor:
-        # No cache: with one, transformers would not read the restarts as packed sequences.
+        """`packing`: the sequences' boundaries (`Packed.attention_kwargs`), for attention."""
         before = (targets - 1).clamp_min(0)
         picked = input_ids[0, targets]
+        # No cache: with one, transformers would not read the restarts as packed sequences.
+        inputs = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": False}
         if self._own_logits:
-            logits = self.model(
-                input_ids=input_ids,
-                position_ids=position_ids,
-                logits_to_keep=before,
-                use_cache=False,
-            ).logits[0]
+            logits = self.model(**inputs, **packing, logits_to_keep=before).logits[0]
             logprobs = torch.log_softmax(logits.float(), dim=-1)
             return logprobs.gather(-1, picked[:, None]).squeeze(-1)
-        body = self.model.get_decoder()
-        hidden = body(
-            input_ids=input_ids, position_ids=position_ids, use_cache=False
-        ).last_hidden_state[0]
+        hidden = self.model.get_decoder()(**inputs, **packing).last_hidden_state[0]
         head = self.model.get_output_embeddings()
         return chunked_logprobs(hidden[before], picked, head, self.chunk_tokens)
 
@@ -100,6 +100,9 @@ def packed_logprobs(module: Callable[..., torch.Tensor], packed: Packed) -> torc
     """[B, T]: each loss-mask token's logprob in the micro-batch's layout, 0 elsewhere, from a
     `PolicyModel` or the DeepSpeed engine around one."""
     scores = module(
-        input_ids=packed.input_ids, position_ids=packed.position_ids, targets=packed.targets
+        input_ids=packed.input_ids,
+        position_ids=packed.position_ids,
+        targets=packed.targets,
+        **packed.attention_kwargs(),
     )
     return packed.unpack_targets(scores)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -60,6 +61,17 @@ class Packed:
     shape: tuple[int, int]  # the micro-batch's [B, T]
     flat_rows: torch.Tensor  # [N] long: the sequence of every packed token
     flat_cols: torch.Tensor  # [N] long: its position in that sequence
+    cu_seqlens: torch.Tensor  # [B + 1] int32: where each sequence starts, and N
+    max_length: int  # the longest sequence's length
+
+    def attention_kwargs(self) -> dict[str, Any]:
+        """The packed sequences' boundaries as transformers' attention reads them."""
+        return {
+            "cu_seq_lens_q": self.cu_seqlens,
+            "cu_seq_lens_k": self.cu_seqlens,
+            "max_length_q": self.max_length,
+            "max_length_k": self.max_length,
+        }
 
     @property
     def tokens(self) -> int:
@@ -78,6 +90,8 @@ class Packed:
             self.shape,
             move(self.flat_rows),
             move(self.flat_cols),
+            move(self.cu_seqlens),
+            self.max_length,
         )
 
     def unpack_targets(self, values: torch.Tensor) -> torch.Tensor:
@@ -113,4 +127,6 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch
         shape=(int(input_ids.shape[0]), int(input_ids.shape[1])),
         flat_rows=flat_rows,
         flat_cols=flat_cols,
+        cu_seqlens=torch.nn.functional.pad(torch.cumsum(lengths, 0), (1, 0)).to(torch.int32),
+        max_length=int(lengths.max()),
     )
