@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 .DEFAULT_GOAL := help
 # Prerequisites run in the order written: the venv must exist before lint and pytest use it.
 .NOTPARALLEL:
-.PHONY: help setup lint docs test test-unit train clean
+.PHONY: help setup lint docs test test-gpu test-unit train clean
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -33,6 +33,10 @@ docs: ## build the manual from docs/ into build/docs
 test: setup lint ## setup, lint, then every test (PYTEST_ARGS=... to narrow)
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) \
 		|| { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
+
+# On a machine with a CUDA GPU (deselected from `make test`: CI has none).
+test-gpu: ## the GPU tests (needs CUDA; PYTEST_ARGS=... to narrow)
+	$(BIN)/python -m pytest -m gpu $(PYTEST_ARGS)
 
 test-unit: setup ## unit tests only, no integration or smoke tests
 	$(BIN)/python -m pytest -m "not integration and not smoke" $(PYTEST_ARGS)

@@ -57,6 +57,7 @@ def _on_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> 
     if "scale" in params:
         extra["scale"] = kw["scale"]
     cu, longest = kw["cu_seqlens"], kw["max_length"]
+    q, k, v = (t.contiguous() for t in (q, k, v))
     out: torch.Tensor = kernel(q, k, v, cu, cu, longest, longest, **extra)
     return out
 

@@ -10,6 +10,7 @@ environment's tokens, so values bootstrap across env turns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from pydantic import Field
 from agenthub.trainer._advantages import gae
 from agenthub.trainer._attention import use_packed_attention
 from agenthub.trainer._batch import MicroBatch, TrainBatch
+from agenthub.trainer._logprobs import train_without_dropout
 from agenthub.trainer._ranks import all_gather, all_reduce, world_size
 from agenthub.trainer._section import ConfigSection
 
@@ -72,23 +74,18 @@ class Critic:
         self,
         model_path: str | Path,
         config: CriticConfig,
-        deepspeed_config: dict[str, Any],
+        engine: Callable[[torch.nn.Module, float], Any],
         dtype: torch.dtype,
     ) -> None:
-        import deepspeed
+        """`engine(module, lr)` gives the engine that trains `module` (the learner's kind)."""
         from transformers import AutoModelForTokenClassification
 
         self.config = config
         model = AutoModelForTokenClassification.from_pretrained(
             model_path, num_labels=1, dtype=dtype
         )
-        use_packed_attention(model)
-        ds = {**deepspeed_config}
-        ds["optimizer"] = {**ds["optimizer"], "params": {**ds["optimizer"]["params"]}}
-        ds["optimizer"]["params"]["lr"] = config.lr
-        self.engine, *_ = deepspeed.initialize(
-            model=model, config=ds, model_parameters=model.parameters()
-        )
+        use_packed_attention(train_without_dropout(model))
+        self.engine = engine(model, config.lr)
 
     def values(self, micro: MicroBatch) -> torch.Tensor:
         """[B, T]: the value of the state before each model token (0 on other tokens), from

@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 from agenthub.trainer._attention import use_packed_attention
 from agenthub.trainer._packing import Packed
 
-__all__ = ["PolicyModel", "chunked_logprobs", "packed_logprobs"]
+__all__ = ["PolicyModel", "chunked_logprobs", "packed_logprobs", "train_without_dropout"]
 
 # Config fields by which some architectures change their logits after the output layer
 # (Gemma's soft-capping, Cohere's and Granite's scaling): those models score tokens through
@@ -106,3 +106,16 @@ def packed_logprobs(module: Callable[..., torch.Tensor], packed: Packed) -> torc
         **packed.attention_kwargs(),
     )
     return packed.unpack_targets(scores)
+
+
+def train_without_dropout(model: Any) -> Any:
+    """`model` in training mode (which gradient checkpointing needs) with every dropout off:
+    the learner's logprobs must be those of the policy the engines sample, and a value head's
+    dropout (transformers' token classifiers have one) would make values noisy."""
+    model.train()
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            setattr(module, "attention_dropout", 0.0)  # noqa: B010
+    return model
