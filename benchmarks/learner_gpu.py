@@ -172,9 +172,9 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a small model on the CPU")
     parser.add_argument("--steps", type=int, default=3, help="timed steps after a warm-up")
     parser.add_argument("--budget", type=int, default=4096, help="learner tokens/micro-batch")
-    parser.add_argument("--zero", type=int, default=2, choices=(0, 1, 2, 3))
+    parser.add_argument("--zero", type=int, default=2, choices=(0, 1, 2, 3), help="ZeRO stage")
     parser.add_argument("--micro", type=int, default=8, help="hand loop sequences/micro-batch")
-    parser.add_argument("--sweep", action="store_true", help="also ZeRO 0/1/3, 8k/16k budgets")
+    parser.add_argument("--sweep", action="store_true", help="also 2x and 4x budgets, ZeRO-3")
     parser.add_argument("--profile", action="store_true", help="profile one learner step")
     parser.add_argument("--out", type=Path, default=Path("runs/learner_gpu"))
     args = parser.parse_args()
@@ -205,18 +205,22 @@ def main() -> None:
         if args.profile:
             profile_step(path, agent, args)
         if args.sweep:
-            for stage in (z for z in (0, 1, 3) if z != args.zero):
-                report.add(
-                    f"learner, lognormal, ZeRO-{stage}",
-                    agent,
-                    run_learner(path, agent, args, zero_stage=stage),
-                )
             for tokens in (args.budget * 2, args.budget * 4):
                 report.add(
                     f"learner, lognormal, {tokens} tok",
                     agent,
                     run_learner(path, agent, args, max_tokens_per_micro_batch=tokens),
                 )
+            report.add(
+                f"learner, lognormal, {args.budget * 4} tok, ckpt",
+                agent,
+                run_learner(
+                    path, agent, args, max_tokens_per_micro_batch=args.budget * 4, **_ckpt()
+                ),
+            )
+            report.add(
+                "learner, lognormal, ZeRO-3", agent, run_learner(path, agent, args, zero_stage=3)
+            )
     report.note("equal_ratio", learner_eq / hand_eq)
     print(f"learner / hand-written on 64 x 1,024: {learner_eq / hand_eq:.2f}")
     print(f"learner / hand-written useful tokens/s, lognormal agent batch: {learner / hand:.2f}")

@@ -24,7 +24,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["NAME", "use_packed_attention"]
+from agenthub.trainer._packing import Packed
+
+__all__ = ["NAME", "no_masks", "packed_inputs", "use_packed_attention"]
 
 NAME = "agenthub_packed"
 _KEEP = ("flash_attention_2", "flash_attention_3", "flash_attention_4")
@@ -130,3 +132,26 @@ def use_packed_attention(model: Any) -> None:
     AttentionInterface.register(NAME, packed_attention)
     AttentionMaskInterface.register(NAME, _packed_mask)
     model.set_attn_implementation(NAME)
+
+
+def packed_inputs(packed: Packed) -> dict[str, Any]:
+    """Keyword arguments of a transformers forward pass over `packed`: its ids, positions
+    restarting with each sequence, the sequences' boundaries, and no cache (with one,
+    transformers would not read the restarts as packed sequences)."""
+    return {
+        "input_ids": packed.input_ids,
+        "position_ids": packed.position_ids,
+        "use_cache": False,
+        **packed.attention_kwargs(),
+    }
+
+
+def no_masks(model: Any) -> dict[str, Any]:
+    """For a model under this attention, masks given as none at all (a mapping by layer
+    type), where transformers would otherwise build them and first find the packing from the
+    positions by waiting for the device; nothing for any other model."""
+    config = model.config
+    layer_types = getattr(config, "layer_types", None)
+    if getattr(config, "_attn_implementation", None) != NAME or not layer_types:
+        return {}
+    return {"attention_mask": dict.fromkeys(layer_types)}

@@ -19,7 +19,7 @@ import torch
 from pydantic import Field
 
 from agenthub.trainer._advantages import gae
-from agenthub.trainer._attention import use_packed_attention
+from agenthub.trainer._attention import no_masks, packed_inputs, use_packed_attention
 from agenthub.trainer._batch import MicroBatch, TrainBatch
 from agenthub.trainer._logprobs import train_without_dropout
 from agenthub.trainer._ranks import all_gather, all_reduce, world_size
@@ -85,19 +85,14 @@ class Critic:
             model_path, num_labels=1, dtype=dtype
         )
         use_packed_attention(train_without_dropout(model))
+        self._no_masks = no_masks(model)
         self.engine = engine(model, config.lr)
 
     def values(self, micro: MicroBatch) -> torch.Tensor:
         """[B, T]: the value of the state before each model token (0 on other tokens), from
         the micro-batch's sequences packed into one row."""
         packed = micro.packed
-        # No cache: with one, transformers would not read the restarts as packed sequences.
-        out = self.engine(
-            input_ids=packed.input_ids,
-            position_ids=packed.position_ids,
-            use_cache=False,
-            **packed.attention_kwargs(),
-        )
+        out = self.engine(**packed_inputs(packed), **self._no_masks)
         scores = packed.unpack(out.logits[0, :, 0].float())
         values = torch.nn.functional.pad(scores[:, :-1], (1, 0))
         return values * micro.batch.loss_mask.to(values.dtype)

@@ -3,12 +3,13 @@
 The output layer is the largest activation of a small model's step: for a 152k vocabulary, the
 fp32 `log_softmax` of one 1,024-token sequence is 0.6 GB, and autograd keeps it (and the logits
 it came from) until the backward pass. Here the hidden states go through the output layer a
-chunk of tokens at a time under `torch.utils.checkpoint`: the forward pass keeps each token's
-logprob and drops the chunk's logits, the backward pass computes them again one chunk at a
-time. Only the tokens the loss reads are scored (the rest of a sequence still runs through the
-body, which the attention of the scored ones needs). Torch's checkpoint is used rather than a
-hand-written autograd function because it works unchanged under ZeRO-3 (the output layer is
-called as a module, so DeepSpeed gathers its weight) and with tied input/output embeddings.
+chunk of tokens at a time (`_ChunkedLogprobs`, a custom autograd function): the forward pass
+keeps each token's logprob and log-sum-exp, the backward pass computes one chunk's logits again
+and turns them in place into that chunk's gradient (softmax, minus one at the target, times
+the upstream gradient), so one chunk's fp32 logits is all that ever exists. Only the tokens the
+loss reads are scored (the rest of a sequence still runs through the body, which the attention
+of the scored ones needs). Under ZeRO-3 the output layer's weight exists only inside its
+module's call, so there each chunk goes through the module under `torch.utils.checkpoint`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from agenthub.trainer._attention import use_packed_attention
+from agenthub.trainer._attention import no_masks, packed_inputs, use_packed_attention
 from agenthub.trainer._packing import Packed
 
 __all__ = ["PolicyModel", "chunked_logprobs", "packed_logprobs", "train_without_dropout"]
@@ -35,14 +36,59 @@ def _picked(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) 
     return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
+class _ChunkedLogprobs(torch.autograd.Function):
+    """log softmax(hidden @ weight.T)[targets], `chunk` tokens of logits at a time."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk: int
+    ) -> torch.Tensor:
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        lse = torch.empty_like(out)
+        for start in range(0, int(hidden.shape[0]), chunk):
+            part = slice(start, start + chunk)
+            logits = (hidden[part] @ weight.T).float()
+            lse[part] = torch.logsumexp(logits, dim=-1)
+            out[part] = logits.gather(-1, targets[part, None]).squeeze(-1) - lse[part]
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.chunk = chunk
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        hidden, weight, targets, lse = ctx.saved_tensors
+        want_hidden, want_weight = ctx.needs_input_grad[:2]
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if want_weight else None
+        for start in range(0, int(hidden.shape[0]), ctx.chunk):
+            part = slice(start, start + ctx.chunk)
+            g = grad[part, None].float()
+            # d(logit_target - lse)/d logits = onehot(target) - softmax, in place on the logits
+            dz = (hidden[part] @ weight.T).float().sub_(lse[part, None]).exp_().mul_(-g)
+            dz.scatter_add_(1, targets[part, None], g)
+            dz = dz.to(hidden.dtype)
+            if grad_hidden is not None:
+                grad_hidden[part] = dz @ weight
+            if grad_weight is not None:
+                grad_weight += (dz.T @ hidden[part]).float()
+        out_weight = None if grad_weight is None else grad_weight.to(weight.dtype)
+        return grad_hidden, out_weight, None, None
+
+
 def chunked_logprobs(
     hidden: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module, chunk_tokens: int
 ) -> torch.Tensor:
     """log softmax(head(hidden))[targets] for [K, H] hidden states and [K] targets, in fp32,
-    holding at most `chunk_tokens` x vocabulary logits at a time (in the backward pass too)."""
+    holding at most `chunk_tokens` x vocabulary logits at a time (in the backward pass too).
+    `head` is a bias-free linear output layer (a causal LM's)."""
     if chunk_tokens < 1:
         raise ValueError(f"chunk_tokens must be at least 1, not {chunk_tokens}")
-    parts = []
+    weight = head.weight
+    if getattr(head, "bias", None) is None and not hasattr(weight, "ds_id"):
+        apply: Any = _ChunkedLogprobs.apply
+        out: torch.Tensor = apply(hidden, weight, targets, chunk_tokens)
+        return out
+    parts = []  # a weight ZeRO-3 partitions (or a bias): through the module, checkpointed
     for start in range(0, int(hidden.shape[0]), chunk_tokens):
         h, t = hidden[start : start + chunk_tokens], targets[start : start + chunk_tokens]
         if torch.is_grad_enabled() and h.requires_grad:
@@ -64,28 +110,23 @@ class PolicyModel(torch.nn.Module):
     def __init__(self, model: Any, chunk_tokens: int) -> None:
         super().__init__()
         use_packed_attention(model)
+        self._no_masks = no_masks(model)
         self.model = model
         self.chunk_tokens = chunk_tokens
         config = model.config
         self._own_logits = any(getattr(config, k, None) for k in _LOGIT_TRANSFORMS)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        position_ids: torch.Tensor,
-        targets: torch.Tensor,
-        **packing: Any,
-    ) -> torch.Tensor:
-        """`packing`: the sequences' boundaries (`Packed.attention_kwargs`), for attention."""
+    def forward(self, targets: torch.Tensor, **inputs: Any) -> torch.Tensor:
+        """The logprob of each of `targets` (flat positions) given the tokens before it in its
+        sequence; `inputs` are the packed row's (`packed_inputs`)."""
         before = (targets - 1).clamp_min(0)
-        picked = input_ids[0, targets]
-        # No cache: with one, transformers would not read the restarts as packed sequences.
-        inputs = {"input_ids": input_ids, "position_ids": position_ids, "use_cache": False}
+        picked = inputs["input_ids"][0, targets]
+        inputs |= self._no_masks
         if self._own_logits:
-            logits = self.model(**inputs, **packing, logits_to_keep=before).logits[0]
+            logits = self.model(**inputs, logits_to_keep=before).logits[0]
             logprobs = torch.log_softmax(logits.float(), dim=-1)
             return logprobs.gather(-1, picked[:, None]).squeeze(-1)
-        hidden = self.model.get_decoder()(**inputs, **packing).last_hidden_state[0]
+        hidden = self.model.get_decoder()(**inputs).last_hidden_state[0]
         head = self.model.get_output_embeddings()
         return chunked_logprobs(hidden[before], picked, head, self.chunk_tokens)
 
@@ -99,12 +140,7 @@ class PolicyModel(torch.nn.Module):
 def packed_logprobs(module: Callable[..., torch.Tensor], packed: Packed) -> torch.Tensor:
     """[B, T]: each loss-mask token's logprob in the micro-batch's layout, 0 elsewhere, from a
     `PolicyModel` or the DeepSpeed engine around one."""
-    scores = module(
-        input_ids=packed.input_ids,
-        position_ids=packed.position_ids,
-        targets=packed.targets,
-        **packed.attention_kwargs(),
-    )
+    scores = module(targets=packed.targets, **packed_inputs(packed))
     return packed.unpack_targets(scores)
 
 

@@ -160,7 +160,10 @@ def _check_exported_policy(out: Path, tag: str) -> None:
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("model")) == ["model"]
     assert json.loads((out / "model" / "agenthub_checkpoint.json").read_text())["tag"] == tag
     exported = load_file(out / "model" / "model.safetensors")
-    [states] = (out / "checkpoints" / tag).glob("*model_states.pt")
+    # One learner rank saves its own state file; DeepSpeed's engines save *model_states.pt.
+    [states] = list((out / "checkpoints" / tag).glob("*model_states.pt")) or [
+        out / "checkpoints" / tag / "agenthub_single_rank.pt"
+    ]
     trained = torch.load(states, map_location="cpu", weights_only=False)["module"]
     assert exported and all(torch.equal(v, trained[k]) for k, v in exported.items())
     result = subprocess.run(

@@ -99,9 +99,10 @@ def test_packed_logprobs_and_their_gradients_equal_the_padded_ones(model: Any) -
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
 
 
-def test_chunked_logprobs_equal_the_full_log_softmax_with_gradients() -> None:
+@pytest.mark.parametrize("bias", [False, True], ids=["own-backward", "checkpointed-module"])
+def test_chunked_logprobs_equal_the_full_log_softmax_with_gradients(bias: bool) -> None:
     torch.manual_seed(1)
-    head = torch.nn.Linear(16, 50, bias=False)
+    head = torch.nn.Linear(16, 50, bias=bias)
     hidden = torch.randn(23, 16, requires_grad=True)
     targets = torch.randint(0, 50, (23,))
     upstream = torch.randn(23)
@@ -111,6 +112,7 @@ def test_chunked_logprobs_equal_the_full_log_softmax_with_gradients() -> None:
         got = chunked_logprobs(hidden, targets, head, chunk_tokens)
         torch.testing.assert_close(got, full, atol=1e-6, rtol=1e-6)
         grads_ = torch.autograd.grad((got * upstream).sum(), [hidden, head.weight])
+        assert got.grad_fn is not None and ("Chunked" in got.grad_fn.name()) is not bias
         for g, w in zip(grads_, want, strict=True):
             torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-6)
     with pytest.raises(ValueError, match="at least 1"):
