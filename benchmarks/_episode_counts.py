@@ -16,8 +16,8 @@ from typing import Any
 
 RULE = (
     "failed episodes count in their side's wall time but not as completed episodes, on both "
-    "sides: rates are completed episodes/s (steady: the N-episode run's completed share of its "
-    "N - 1 episodes beyond the one-episode run, over the seconds they added)"
+    "sides: rates are completed episodes/s (steady: the N-episode run's completed share of the "
+    "episodes it played beyond the short run of one episode a task, over the seconds they added)"
 )
 
 
@@ -63,8 +63,9 @@ def whole_rate(run: SideRun) -> float:
 
 
 def steady_rate(one: SideRun, many: SideRun) -> float:
-    """Completed episodes/s with start-up left out: the N-episode run's N - 1 episodes beyond
-    the one-episode run, times its completed share, over the seconds they added."""
+    """Completed episodes/s with start-up left out: the episodes the long run played beyond the
+    short one (one episode a task), times the long run's completed share, over the seconds they
+    added."""
     extra = (many.episodes - one.episodes) * many.completed / many.episodes
     return extra / max(many.seconds - one.seconds, 1e-9)
 

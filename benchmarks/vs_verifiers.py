@@ -12,9 +12,9 @@ same concurrency with the same reply budget and temperature, two ways:
 
 Each side runs as a user runs it, in a process of its own, so each time includes that
 process's start (imports, loading the environment). To leave start-up out, each side also runs
-a single episode, and its steady-state rate is (N - 1) episodes over the difference of the two
-times. Rounds alternate the order of the sides (ABBA): the machine is shared. The last line is
-agenthub's steady-state episodes/s over verifiers' (target >= 1).
+one episode of each task (3), and its steady-state rate is the N - 3 episodes more over the
+difference of the two times. Rounds alternate the order of the sides (ABBA): the machine is
+shared. The last line is agenthub's steady-state episodes/s over verifiers' (target >= 1).
 
 Episodes that fail (verifiers aborts a rollout on an empty reply, `EmptyModelResponseError`;
 agenthub's typed episode errors) are counted by cause and printed for each side; they count in
@@ -263,7 +263,8 @@ def main() -> None:
 
 
 def round_line(name: str, one: SideRun, many: SideRun, more: dict[str, float]) -> str:
-    """One side's round: its N-episode run, failures and rates, and its one-episode run."""
+    """One side's round: its N-episode run, failures and rates, and its run of one episode a
+    task."""
     inner = (
         f", {many.completed / more['evaluate_s']:.2f} within evaluate()"
         if "evaluate_s" in more
@@ -272,7 +273,8 @@ def round_line(name: str, one: SideRun, many: SideRun, more: dict[str, float]) -
     return (
         f"{name}: {many.episodes} episodes in {many.seconds:.1f} s, failed "
         f"{describe_failures(many.failed)} ({whole_rate(many):.2f} completed episodes/s{inner}; "
-        f"start-up and one episode {one.seconds:.1f} s, failed {describe_failures(one.failed)}; "
+        f"start-up and one episode a task {one.seconds:.1f} s, failed "
+        f"{describe_failures(one.failed)}; "
         f"steady {steady_rate(one, many):.2f} episodes/s; "
         f"{more['mean_turns']:.2f} turns an episode)"
     )
