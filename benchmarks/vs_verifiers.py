@@ -12,9 +12,14 @@ same concurrency with the same reply budget and temperature, two ways:
 
 Each side runs as a user runs it, in a process of its own, so each time includes that
 process's start (imports, loading the environment). To leave start-up out, each side also runs
-a single episode, and its steady-state rate is (N - 1) episodes over the difference of the two
-times. Rounds alternate the order of the sides (ABBA): the machine is shared. The last line is
-agenthub's steady-state episodes/s over verifiers' (target >= 1).
+one episode of each task (3), and its steady-state rate is the N - 3 episodes more over the
+difference of the two times. Rounds alternate the order of the sides (ABBA): the machine is
+shared. The last line is agenthub's steady-state episodes/s over verifiers' (target >= 1).
+
+Episodes that fail (verifiers aborts a rollout on an empty reply, `EmptyModelResponseError`;
+agenthub's typed episode errors) are counted by cause and printed for each side; they count in
+their side's wall time but not as completed episodes, the same rule for both sides
+(`_episode_counts.py`).
 
     python benchmarks/vs_verifiers.py [--samples 32] [--concurrency 16] [--rounds 2]
         [--verifiers-python PATH]
@@ -37,8 +42,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from _episode_counts import (
+    RULE,
+    SideRun,
+    add_failures,
+    describe_failures,
+    steady_rate,
+    verifiers_failures,
+    whole_rate,
+)
 
 from agenthub.testing._venvs import overlay_venv
 
@@ -120,8 +135,9 @@ def vllm_server(model: Path, log: Path) -> Iterator[str]:
             server.wait()
 
 
-async def verifiers_side(args: argparse.Namespace) -> dict[str, float]:
-    """verifiers' own evaluation of the environment (run in the verifiers venv)."""
+async def verifiers_side(args: argparse.Namespace) -> dict[str, object]:
+    """verifiers' own evaluation of the environment (run in the verifiers venv). A rollout
+    that verifiers aborted keeps its error in its output; those are counted by cause."""
     import verifiers as vf
     from openai import AsyncOpenAI
 
@@ -142,11 +158,10 @@ async def verifiers_side(args: argparse.Namespace) -> dict[str, float]:
     )
     seconds = time.perf_counter() - start
     outputs = results["outputs"]
-    errors = sum(1 for o in outputs if o.get("error"))
-    turns = [sum(m["role"] == "assistant" for m in o["completion"]) for o in outputs]
+    turns = [sum(m["role"] == "assistant" for m in o.get("completion") or ()) for o in outputs]
     return {
         "episodes": len(outputs),
-        "errors": errors,
+        "failed": verifiers_failures(outputs),
         "evaluate_s": seconds,
         "mean_turns": statistics.mean(turns),
     }
@@ -160,7 +175,9 @@ def _env_with_path() -> dict[str, str]:
 
 def run_verifiers(
     args: argparse.Namespace, python: Path, url: str, model: Path, samples: int
-) -> dict[str, float]:
+) -> tuple[SideRun, dict[str, float]]:
+    """verifiers' evaluation in a process of its own: the run, its mean turns and the seconds
+    inside `evaluate()`."""
     command = [str(python), __file__, "--verifiers-side", "--url", url, "--model", str(model)]
     command += ["--samples", str(samples), "--concurrency", str(args.concurrency)]
     command += ["--max-reply-tokens", str(args.max_reply_tokens)]
@@ -169,16 +186,17 @@ def run_verifiers(
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise SystemExit(f"verifiers' evaluation failed:\n{done.stderr[-4000:]}")
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    if result["errors"]:
-        raise SystemExit(f"verifiers' evaluation had {result['errors']} failed rollouts")
-    return {**result, "seconds": seconds}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    run = SideRun(episodes=result["episodes"], seconds=seconds, failed=result["failed"])
+    return run, {"mean_turns": result["mean_turns"], "evaluate_s": result["evaluate_s"]}
 
 
 def run_agenthub(
     args: argparse.Namespace, python: Path, url: str, samples: int
-) -> dict[str, float]:
-    """`agenthub eval`, in the verifiers venv too: the adapter runs the installed verifiers."""
+) -> tuple[SideRun, dict[str, float]]:
+    """`agenthub eval`, in the verifiers venv too: the adapter runs the installed verifiers.
+    Its summary counts the episodes that ended in errors by cause (it exits 1 only when all
+    did)."""
     with tempfile.TemporaryDirectory() as out:
         command = [str(python), "-m", "agenthub", "eval", "--env", "verifiers"]
         command += [f"env_id={ENV_ID}", "--base-url", url, "--model", "default"]
@@ -192,13 +210,8 @@ def run_agenthub(
         if done.returncode != 0:
             raise SystemExit(f"agenthub eval failed:\n{done.stderr[-4000:]}")
         summary = json.loads((Path(out) / "summary.json").read_text())
-    if summary["errors"]:
-        raise SystemExit(f"agenthub eval had failed episodes: {summary['errors']}")
-    return {
-        "episodes": summary["episodes"],
-        "seconds": seconds,
-        "mean_turns": summary["mean_turns"],
-    }
+    run = SideRun(episodes=summary["episodes"], seconds=seconds, failed=summary["errors"])
+    return run, {"mean_turns": summary["mean_turns"]}
 
 
 def main() -> None:
@@ -226,37 +239,62 @@ def main() -> None:
         f"{args.concurrency} in flight, up to 3 turns of {args.max_reply_tokens} tokens",
         flush=True,
     )
-    sides = {
+    sides: dict[str, Callable[[str, int], tuple[SideRun, dict[str, float]]]] = {
         "verifiers": lambda url, n: run_verifiers(args, python, url, model, n),
         "agenthub": lambda url, n: run_agenthub(args, python, url, n),
     }
     steady: dict[str, list[float]] = {name: [] for name in sides}
     whole: dict[str, list[float]] = {name: [] for name in sides}
+    runs: dict[str, list[SideRun]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as logs, vllm_server(model, Path(logs) / "vllm.log") as url:
-        sides["agenthub"](url, 1)  # warm-up: the server's first requests
+        sides["agenthub"](url, 1)  # warm-up: the server's first requests (not counted)
         for round_ in range(args.rounds):
             order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
             for name in order:
-                one = sides[name](url, 1)
-                many = sides[name](url, args.samples)
-                assert many["episodes"] == episodes, many
-                rate = (episodes - 1) / max(many["seconds"] - one["seconds"], 1e-9)
-                steady[name].append(rate)
-                whole[name].append(episodes / many["seconds"])
-                inner = (
-                    f", {episodes / many['evaluate_s']:.2f} within evaluate()"
-                    if "evaluate_s" in many
-                    else ""
-                )
-                print(
-                    f"{name}: {episodes} episodes in {many['seconds']:.1f} s "
-                    f"({whole[name][-1]:.2f} episodes/s{inner}; start-up and one episode "
-                    f"{one['seconds']:.1f} s; steady {rate:.2f} episodes/s; "
-                    f"{many['mean_turns']:.2f} turns an episode)",
-                    flush=True,
-                )
+                one, _ = sides[name](url, 1)
+                many, more = sides[name](url, args.samples)
+                if many.episodes != episodes:
+                    raise SystemExit(f"{name} played {many.episodes} episodes, not {episodes}")
+                runs[name] += [one, many]
+                steady[name].append(steady_rate(one, many))
+                whole[name].append(whole_rate(many))
+                print(round_line(name, one, many, more), flush=True)
+    summarize(runs, steady, whole)
+
+
+def round_line(name: str, one: SideRun, many: SideRun, more: dict[str, float]) -> str:
+    """One side's round: its N-episode run, failures and rates, and its run of one episode a
+    task."""
+    inner = (
+        f", {many.completed / more['evaluate_s']:.2f} within evaluate()"
+        if "evaluate_s" in more
+        else ""
+    )
+    return (
+        f"{name}: {many.episodes} episodes in {many.seconds:.1f} s, failed "
+        f"{describe_failures(many.failed)} ({whole_rate(many):.2f} completed episodes/s{inner}; "
+        f"start-up and one episode a task {one.seconds:.1f} s, failed "
+        f"{describe_failures(one.failed)}; "
+        f"steady {steady_rate(one, many):.2f} episodes/s; "
+        f"{more['mean_turns']:.2f} turns an episode)"
+    )
+
+
+def summarize(
+    runs: dict[str, list[SideRun]], steady: dict[str, list[float]], whole: dict[str, list[float]]
+) -> None:
+    """Each side's failures, how they are counted, the rates; the ratio last."""
+    for name, played in runs.items():
+        total = sum(r.episodes for r in played)
+        print(f"failed episodes, {name}: {describe_failures(add_failures(played))} of {total}")
+    print(RULE)
     mean = {name: statistics.mean(v) for name, v in steady.items()}
     mean_whole = {name: statistics.mean(v) for name, v in whole.items()}
+    if not mean["verifiers"] or not mean_whole["verifiers"]:
+        raise SystemExit(
+            "verifiers completed no episode, so there is no ratio: see the failures above "
+            "(is the vLLM server answering?)"
+        )
     print(
         f"whole command, start-up included: agenthub {mean_whole['agenthub']:.2f} / verifiers "
         f"{mean_whole['verifiers']:.2f} episodes/s = "

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import signal
 
+import httpx
 import pytest
 
 import agenthub
 from agenthub import Message
 from agenthub.testing import check_env
+from benchmarks._episode_counts import verifiers_failures
 
 from ...conftest import FIXTURES
 
@@ -98,3 +100,32 @@ async def test_a_v1_taskset_runs_and_scores_through_its_own_tasks() -> None:
 
 def test_check_env_passes_on_a_v1_taskset() -> None:
     check_env(lambda: agenthub.make("verifiers_v1", taskset="vf_v1_capitals"))
+
+
+def _chat_reply(request: httpx.Request) -> httpx.Response:
+    """A chat-completions server that answers the red/green/blue task with nothing."""
+    content = "" if b"red, green or blue" in request.content else "green"
+    message = {"role": "assistant", "content": content}
+    choice = {"index": 0, "finish_reason": "stop", "message": message}
+    reply = {"id": "c", "object": "chat.completion", "created": 0, "model": "m"}
+    return httpx.Response(200, json={**reply, "choices": [choice]})
+
+
+async def test_vs_verifiers_counts_the_rollouts_verifiers_aborted_on_an_empty_reply() -> None:
+    import verifiers as vf
+    from openai import AsyncOpenAI
+
+    env = vf.load_environment("vf_guess_color")
+    http = httpx.AsyncClient(transport=httpx.MockTransport(_chat_reply))
+    openai = AsyncOpenAI(base_url="http://chat.invalid/v1", api_key="none", http_client=http)
+    results = await env.evaluate(
+        vf.clients.OpenAIChatCompletionsClient(openai),
+        "m",
+        num_examples=3,
+        rollouts_per_example=2,
+        independent_scoring=True,
+        on_progress=lambda *_: None,
+    )
+    outputs = results["outputs"]
+    assert len(outputs) == 6, "an aborted rollout is still in the outputs"
+    assert verifiers_failures(outputs) == {"EmptyModelResponseError": 2}

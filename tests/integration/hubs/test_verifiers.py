@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 def test_verifiers_adapter_in_verifiers_venv(hub_venv: Callable[[str], Path]) -> None:
     output = run_inside(hub_venv("verifiers"), "tests/integration/hubs/inside_verifiers.py")
-    assert "8 passed" in output, output[-2000:]
+    assert "9 passed" in output, output[-2000:]
 
 
 @pytest.mark.smoke
