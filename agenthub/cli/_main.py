@@ -16,6 +16,7 @@ from agenthub.cli._eval import add_arguments as eval_arguments
 from agenthub.cli._model import add_model_parser
 from agenthub.cli._repl import add_arguments as repl_arguments
 from agenthub.cli._sandbox import add_parser as add_sandbox_parser
+from agenthub.cli._serve import add_arguments as serve_arguments
 from agenthub.cli._serve_rm import add_arguments as serve_rm_arguments
 from agenthub.cli._train import add_arguments as train_arguments
 from agenthub.cli._view import add_arguments as view_arguments
@@ -38,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in ("envs", "env"):
         _add_envs_parser(commands, group)
+    _add_command(
+        commands,
+        "serve",
+        "agenthub.cli._serve:serve_command",
+        serve_arguments,
+        help="serve an environment over the OpenEnv protocol, for other trainers' clients",
+    )
     _add_command(
         commands,
         "serve-rm",
