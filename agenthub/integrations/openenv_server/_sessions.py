@@ -4,7 +4,6 @@ them at a time."""
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -16,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from agenthub._env import Env
 from agenthub._registry import make
 from agenthub._tracebacks import described, raised_at
-from agenthub.integrations.openenv_server._errors import ServeError
+from agenthub.integrations.openenv_server._errors import ServeError, aclose_logged
 from agenthub.integrations.openenv_server._protocol import (
     ResetParams,
     ServedAction,
@@ -29,7 +28,6 @@ from agenthub.integrations.openenv_server._tasks import TaskRound
 
 __all__ = ["EnvSession", "ServeConfig", "SessionPool", "check_buildable"]
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -141,17 +139,10 @@ class EnvSession:
             ) from exc
 
     async def close_env(self) -> None:
-        """Close the env, whatever it does: an `aclose` that raises is logged, one that
-        hangs is given up on after the env timeout (or 30 s)."""
         env, self._env = self._env, None
         self._in_episode = False
-        if env is None:
-            return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self._config.env_timeout_s or 30):
-            try:
-                await env.aclose()
-            except Exception as exc:
-                log.warning("closing %s raised %s", self._config.env_id, described(exc))
+        if env is not None:
+            await aclose_logged(env, self._config.env_timeout_s)
 
 
 class SessionPool:

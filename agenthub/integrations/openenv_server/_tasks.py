@@ -14,7 +14,7 @@ from agenthub._registry import make
 from agenthub._returns import READ_AHEAD, checked_tasks
 from agenthub._tracebacks import described
 from agenthub._types import Task
-from agenthub.integrations.openenv_server._errors import ServeError
+from agenthub.integrations.openenv_server._errors import ServeError, aclose_logged
 
 __all__ = ["TaskRound"]
 
@@ -50,7 +50,7 @@ class TaskRound:
                 try:
                     self._splits[split] = await anyio.to_thread.run_sync(_read, env, split)
                 finally:
-                    await env.aclose()
+                    await aclose_logged(env, None)
             return self._splits[split]
 
 
