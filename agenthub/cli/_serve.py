@@ -70,7 +70,9 @@ def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     print(_banner(args, config.token is not None), file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(build_app(config), log_level="warning"))
+    # Frames are small JSON: compressing each costs more CPU than it saves on the wire.
+    app = build_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_per_message_deflate=False))
     server.run(sockets=[listener])
     return 0
 
