@@ -39,20 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in ("envs", "env"):
         _add_envs_parser(commands, group)
-    _add_command(
-        commands,
-        "serve",
-        "agenthub.cli._serve:serve_command",
-        serve_arguments,
-        help="serve an environment over the OpenEnv protocol, for other trainers' clients",
-    )
-    _add_command(
-        commands,
-        "serve-rm",
-        "agenthub.cli._serve_rm:serve_rm_command",
-        serve_rm_arguments,
-        help="serve a reward function or reward model over the OpenRLHF HTTP protocol",
-    )
+    _add_servers(commands)
     add_sandbox_parser(commands)
     add_config_parser(commands)
     _add_command(
@@ -95,6 +82,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="list or run the performance scripts under benchmarks/ (each prints its ratio last)",
     )
     return parser
+
+
+def _add_servers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _add_command(
+        commands,
+        "serve",
+        "agenthub.cli._serve:serve_command",
+        serve_arguments,
+        help="serve an environment over the OpenEnv protocol, for other trainers' clients",
+    )
+    _add_command(
+        commands,
+        "serve-rm",
+        "agenthub.cli._serve_rm:serve_rm_command",
+        serve_rm_arguments,
+        help="serve a reward function or reward model over the OpenRLHF HTTP protocol",
+    )
 
 
 def _add_command(
