@@ -13,6 +13,7 @@ from agenthub._errors import AgentHubError
 from agenthub.cli._bench import add_arguments as bench_arguments
 from agenthub.cli._config import add_parser as add_config_parser
 from agenthub.cli._eval import add_arguments as eval_arguments
+from agenthub.cli._export import add_arguments as export_arguments
 from agenthub.cli._model import add_model_parser
 from agenthub.cli._repl import add_arguments as repl_arguments
 from agenthub.cli._sandbox import add_parser as add_sandbox_parser
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in ("envs", "env"):
         _add_envs_parser(commands, group)
-    _add_servers(commands)
+    _add_integrations(commands)
     add_sandbox_parser(commands)
     add_config_parser(commands)
     _add_command(
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_servers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_integrations(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_command(
         commands,
         "serve",
@@ -98,6 +99,13 @@ def _add_servers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "agenthub.cli._serve_rm:serve_rm_command",
         serve_rm_arguments,
         help="serve a reward function or reward model over the OpenRLHF HTTP protocol",
+    )
+    _add_command(
+        commands,
+        "export",
+        "agenthub.cli._export:export_command",
+        export_arguments,
+        help="write an environment in the form another trainer loads (openrlhf: an agent file)",
     )
 
 
