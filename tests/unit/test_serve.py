@@ -17,7 +17,7 @@ import agenthub
 from agenthub import Env, Step, Task
 from agenthub.cli import main
 from agenthub.cli._serve import _banner
-from agenthub.integrations.openenv_server import ServeConfig, build_app
+from agenthub.integrations.openenv_server import ServeConfig, ServedObservation, build_app
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -98,6 +98,8 @@ def test_math_plays_over_the_websocket_as_openenv_frames() -> None:
         assert opened["data"]["observation"]["prompt"][-1]["content"] == task.prompt
         ws.send_json({"type": "step", "data": {"message": f"\\boxed{{{task.label}}}"}})
         answer = ws.receive_json()["data"]
+        for said in (opened["data"], answer):  # what /schema publishes
+            ServedObservation.model_validate(said["observation"])
         assert (answer["reward"], answer["done"]) == (1.0, True)
         assert answer["observation"]["score"] == 1.0 and answer["observation"]["terminated"]
         ws.send_json({"type": "state"})

@@ -91,39 +91,55 @@ class ServedState(BaseModel):
     done: bool = False
 
 
-def _said(observation: object) -> tuple[list[Message], str]:
+def _said(observation: object) -> tuple[list[dict[str, Any]], str]:
     if isinstance(observation, str):
         return [], observation
-    return list(observation), ""  # type: ignore[call-overload]
+    return [m.model_dump() for m in observation], ""  # type: ignore[attr-defined]
 
 
-def wire_result(observation: ServedObservation, reward: float | None, done: bool) -> dict[str, Any]:
+def wire_result(observation: dict[str, Any], reward: float | None, done: bool) -> dict[str, Any]:
     """OpenEnv's `serialize_observation` shape: the observation without reward and done,
     which travel beside it."""
-    return {"observation": observation.model_dump(mode="json"), "reward": reward, "done": done}
+    return {"observation": observation, "reward": reward, "done": done}
+
+
+def _observation(task_id: str, said: object, **fields: Any) -> dict[str, Any]:
+    """A `ServedObservation` as its JSON, built directly: this runs for every message."""
+    messages, text = _said(said)
+    return {
+        "task_id": task_id,
+        "prompt": [],
+        "messages": messages,
+        "text": text,
+        "tools": [],
+        "stop": [],
+        "terminated": False,
+        "truncated": False,
+        "score": None,
+        "info": {},
+        "extra_logs": {},
+        "metadata": {},
+        **fields,
+    }
 
 
 def reset_observation(
     task: Task, first: object, env_system_prompt: str | None, tools: Sequence[Any], stop: Any
-) -> ServedObservation:
-    messages, text = _said(first)
-    return ServedObservation(
-        task_id=task.id,
-        prompt=task.messages(env_system_prompt),
-        messages=messages,
-        text=text,
+) -> dict[str, Any]:
+    return _observation(
+        task.id,
+        first,
+        prompt=[m.model_dump() for m in task.messages(env_system_prompt)],
         tools=[dict(tool) for tool in tools],
         stop=list(stop),
     )
 
 
-def step_observation(task_id: str, step: Step[Any]) -> ServedObservation:
-    messages, text = _said(step.observation)
+def step_observation(task_id: str, step: Step[Any]) -> dict[str, Any]:
     info: Mapping[str, Any] = step.info if isinstance(step.info, Mapping) else {}
-    return ServedObservation(
-        task_id=task_id,
-        messages=messages,
-        text=text,
+    return _observation(
+        task_id,
+        step.observation,
         terminated=step.terminated,
         truncated=step.truncated,
         score=step.score,

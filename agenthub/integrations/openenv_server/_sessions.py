@@ -60,6 +60,7 @@ class EnvSession:
         self._env: Env[Any] | None = None
         self._state = ServedState(env_id=config.env_id)
         self._in_episode = False
+        self._episodes = 0
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
@@ -76,10 +77,13 @@ class EnvSession:
         env = self._env
         first, _info = await self._bounded("reset", lambda: env.reset(task, seed=params.seed))
         self._in_episode = True
-        self._state = ServedState(
-            episode_id=params.episode_id or uuid.uuid4().hex,
+        self._episodes += 1
+        self._state = ServedState.model_construct(
+            episode_id=params.episode_id or f"{self.id}-{self._episodes}",
+            step_count=0,
             env_id=self._config.env_id,
             task_id=task.id,
+            done=False,
         )
         observation = reset_observation(task, first, env.system_prompt, env.tools, env.stop)
         return wire_result(observation, None, False)
@@ -96,9 +100,8 @@ class EnvSession:
         step = await self._bounded("step", lambda: env.step(action.message))
         reward = step.reward
         task_id = self._state.task_id or ""
-        self._state = self._state.model_copy(
-            update={"step_count": self._state.step_count + 1, "done": step.done}
-        )
+        self._state.step_count += 1  # constructed unvalidated: assignments are not checked
+        self._state.done = step.done
         self._in_episode = not step.done
         return wire_result(step_observation(task_id, step), reward, step.done)
 
