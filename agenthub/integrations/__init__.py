@@ -3,6 +3,10 @@
 - `agenthub.integrations.openenv_server`: any agenthub env served over OpenEnv's wire
   protocol (HTTP and WebSocket sessions), the path for TRL, SkyRL, NeMo Gym and Unsloth
   through OpenEnv's own clients; `agenthub serve` runs it.
+- `agenthub.integrations.openrlhf`: an OpenRLHF agent (`--agent_func_path`) playing an env;
+  `agenthub export openrlhf` writes the file.
+- `agenthub.integrations.verifiers`: `load_environment(env_id, **kwargs)`, a verifiers
+  environment playing an env, for `vf-eval` and prime-rl.
 
 Each integration imports its foreign package, if it needs one, only when used.
 """
