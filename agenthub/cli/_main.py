@@ -13,9 +13,11 @@ from agenthub._errors import AgentHubError
 from agenthub.cli._bench import add_arguments as bench_arguments
 from agenthub.cli._config import add_parser as add_config_parser
 from agenthub.cli._eval import add_arguments as eval_arguments
+from agenthub.cli._export import add_arguments as export_arguments
 from agenthub.cli._model import add_model_parser
 from agenthub.cli._repl import add_arguments as repl_arguments
 from agenthub.cli._sandbox import add_parser as add_sandbox_parser
+from agenthub.cli._serve import add_arguments as serve_arguments
 from agenthub.cli._serve_rm import add_arguments as serve_rm_arguments
 from agenthub.cli._train import add_arguments as train_arguments
 from agenthub.cli._view import add_arguments as view_arguments
@@ -38,13 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for group in ("envs", "env"):
         _add_envs_parser(commands, group)
-    _add_command(
-        commands,
-        "serve-rm",
-        "agenthub.cli._serve_rm:serve_rm_command",
-        serve_rm_arguments,
-        help="serve a reward function or reward model over the OpenRLHF HTTP protocol",
-    )
+    _add_integrations(commands)
     add_sandbox_parser(commands)
     add_config_parser(commands)
     _add_command(
@@ -87,6 +83,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="list or run the performance scripts under benchmarks/ (each prints its ratio last)",
     )
     return parser
+
+
+def _add_integrations(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    _add_command(
+        commands,
+        "serve",
+        "agenthub.cli._serve:serve_command",
+        serve_arguments,
+        help="serve an environment over the OpenEnv protocol, for other trainers' clients",
+    )
+    _add_command(
+        commands,
+        "serve-rm",
+        "agenthub.cli._serve_rm:serve_rm_command",
+        serve_rm_arguments,
+        help="serve a reward function or reward model over the OpenRLHF HTTP protocol",
+    )
+    _add_command(
+        commands,
+        "export",
+        "agenthub.cli._export:export_command",
+        export_arguments,
+        help="write an environment in the form another trainer loads (openrlhf: an agent file)",
+    )
 
 
 def _add_command(
