@@ -27,6 +27,18 @@ from agenthub._registry import list_envs, load_entry_point, make, spec
 from agenthub._spec import EnvSpec
 
 
+def add_env_arguments(parser: argparse.ArgumentParser, *, classes: bool = True) -> None:
+    """`--env ID` and the env's `KEY=VALUE` arguments, as every command that makes an env
+    takes them; `classes`: the id may also be a 'package.module:Attr' env class."""
+    about = "environment id"
+    if classes:
+        about += ", or 'package.module:Attr' for an env class not registered"
+    parser.add_argument("--env", required=True, metavar="ID", help=about)
+    parser.add_argument(
+        "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
+    )
+
+
 def describe(env_id: str) -> tuple[str, bool]:
     """The first paragraph of the env's docstring, or why it cannot load (an id that several
     packages declare among them); and whether it loaded."""

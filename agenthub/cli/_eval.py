@@ -30,14 +30,11 @@ from agenthub.agents._engines import open_engine
 from agenthub.agents._eval_summary import EvalSummary, counted_reward
 from agenthub.agents._evaluate import FAILED, SUMMARY, TRAJECTORIES, EvalConfig, EvalRun
 from agenthub.agents._run_dir import locked, writable
-from agenthub.cli._envs import find_local_envs, run_dir
+from agenthub.cli._envs import add_env_arguments, find_local_envs, run_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", required=True, metavar="ID", help="environment id")
-    parser.add_argument(
-        "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
-    )
+    add_env_arguments(parser, classes=False)
     parser.add_argument(
         "--reward-func",
         default=None,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from agenthub._errors import AgentHubError
 from agenthub._pairs import parse_kwargs
+from agenthub.cli._envs import add_env_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,15 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["openrlhf"],
         help="openrlhf: an --agent_func_path file whose AgentExecutor plays the env",
     )
-    parser.add_argument(
-        "--env",
-        required=True,
-        metavar="ID",
-        help="environment id, or 'package.module:Attr' for an env class not registered",
-    )
-    parser.add_argument(
-        "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
-    )
+    add_env_arguments(parser)
     parser.add_argument(
         "-o", "--out", required=True, metavar="FILE", help="the file to write (agent_func.py)"
     )

@@ -17,19 +17,11 @@ from rich.text import Text
 from agenthub._pairs import parse_kwargs
 from agenthub.agents import InferenceEngine, SamplingParams
 from agenthub.agents._engines import interruptible_start, resolve_model
-from agenthub.cli._envs import find_local_envs
+from agenthub.cli._envs import add_env_arguments, find_local_envs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--env",
-        required=True,
-        metavar="ID",
-        help="environment id, or 'package.module:Attr' for an env class not registered",
-    )
-    parser.add_argument(
-        "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
-    )
+    add_env_arguments(parser)
     parser.add_argument("--task", type=int, default=0, metavar="N", help="task index (0)")
     parser.add_argument("--split", default="held_out", choices=["train", "held_out"])
     parser.add_argument("--tasks", default=None, metavar="FILE", help="JSONL task file")

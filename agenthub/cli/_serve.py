@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
 from agenthub._pairs import parse_kwargs
+from agenthub.cli._envs import add_env_arguments
 
 if TYPE_CHECKING:
     from agenthub.integrations.openenv_server import ServeConfig
@@ -18,15 +19,7 @@ TOKEN_VARIABLE = "AGENTHUB_SERVE_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--env",
-        required=True,
-        metavar="ID",
-        help="environment id, or 'package.module:Attr' for an env class not registered",
-    )
-    parser.add_argument(
-        "env_kwargs", nargs="*", metavar="KEY=VALUE", help="environment arguments (JSON values)"
-    )
+    add_env_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (8000)")
     parser.add_argument(
