@@ -61,7 +61,8 @@ async def texting(client: Any, task: Task) -> str:
 
 
 async def raising(client: Any, task: Task) -> str:
-    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    hi = [{"role": "user", "content": f"Task {task.id}: hi"}]
+    await client.chat.completions.create(model="m", messages=hi)
     raise KeyError("no such tool")
 
 
