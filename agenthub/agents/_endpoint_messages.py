@@ -62,7 +62,7 @@ class Turn:
         )
         role = "system" if self.role == "developer" else self.role
         return Message(
-            role=role,  # type: ignore[arg-type]
+            role=role,
             content=content,
             name=self.name if role == "tool" else None,
             tool_call_id=self.tool_call_id,

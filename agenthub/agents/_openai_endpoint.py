@@ -3,6 +3,7 @@ episode."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 import uuid
@@ -11,7 +12,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -56,8 +56,8 @@ class OpenAIEndpoint:
     the run's (`RolloutConfig.sampling`), so the trainer learns from the distribution it
     configured; `model` may name anything. `n` must be 1.
 
-    In-process programs reach it through `http_client()` (an ASGI transport: no socket, no
-    port); `serve()` puts it on a TCP port for programs in other processes.
+    In-process programs reach it through `openai_client(key)` (an ASGI transport: no socket,
+    no port); `serve()` puts it on a TCP port for programs in other processes.
     """
 
     def __init__(
@@ -83,7 +83,6 @@ class OpenAIEndpoint:
                 Route(f"{prefix}/completions", self._completions, methods=["POST"]),
             ]
         )
-        self._transport = httpx.ASGITransport(app=self.app)
 
     def open_episode(self, key: str | None = None, *, seed: int | None = None) -> EndpointEpisode:
         """Start recording an episode under `key` (a fresh one when not given). With `seed`,
@@ -104,10 +103,24 @@ class OpenAIEndpoint:
         """The episode's OpenAI base URL, for `openai.AsyncOpenAI(base_url=...)`."""
         return f"{origin}/episodes/{key}/v1"
 
-    def http_client(self, timeout_s: float | None = None) -> httpx.AsyncClient:
-        """An HTTP client that reaches this endpoint in-process, for `AsyncOpenAI(http_client=...)`
-        with a `base_url` from `base_url(key)`. Close it when the episode ends."""
-        return httpx.AsyncClient(transport=self._transport, timeout=timeout_s)
+    def openai_client(self, key: str) -> Any:
+        """An `openai.AsyncOpenAI` for episode `key` that reaches this endpoint in-process, on
+        the HTTP library the installed `openai` is built on (httpx, or httpx2 in newer
+        releases), without retries (a retried call would sample again). Close it when done."""
+        import openai
+
+        base = next(
+            c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient"
+        )
+        http = importlib.import_module(base.__module__.split(".")[0])
+        return openai.AsyncOpenAI(
+            base_url=self.base_url(key),
+            api_key="agenthub",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(
+                transport=http.ASGITransport(app=self.app), timeout=None
+            ),
+        )
 
     @asynccontextmanager
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:

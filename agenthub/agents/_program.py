@@ -45,20 +45,12 @@ class ProgramPlayer:
     async def play(
         self, env: AgentProgramEnv, task: Task, sample: int, seed: int | None
     ) -> Trajectory:
-        import openai
-
         started = time.perf_counter()
         episode = self.endpoint.open_episode(seed=seed)
         error: EpisodeError | None = None
         result: Any = None
         try:
-            async with self.endpoint.http_client() as http:
-                client = openai.AsyncOpenAI(
-                    base_url=self.endpoint.base_url(episode.key),
-                    api_key="agenthub",
-                    http_client=http,
-                    max_retries=0,
-                )
+            async with self.endpoint.openai_client(episode.key) as client:
                 try:
                     result = await env.run_program(task, client)
                 except ProgramError as exc:

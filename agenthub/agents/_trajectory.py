@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = ["EpisodeError", "ErrorCause", "Timings", "Trajectory"]
 
@@ -96,6 +102,15 @@ class Trajectory(BaseModel):
         if self.segments != sorted(set(self.segments)) or not all(0 < s < n for s in self.segments):
             raise ValueError(f"segments must be increasing offsets inside the {n} tokens")
         return self
+
+    @model_serializer(mode="wrap")
+    def _one_sequence_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # `segments` is written only where there are several, so every env's JSON line (and
+        # every reader of it) stays as it was.
+        data: dict[str, Any] = handler(self)
+        if not data.get("segments"):
+            data.pop("segments", None)
+        return data
 
     def segment_trajectories(self) -> list[Trajectory]:
         """One trajectory per segment, each with the episode's reward and outcome (just
