@@ -75,6 +75,7 @@ class OpenAIEndpoint:
         stops = {*config.sampling.stop_token_ids, *chat.stop_token_ids}
         self._sampling = config.sampling.replace(stop_token_ids=tuple(sorted(stops)))
         self._episodes: dict[str, EndpointEpisode] = {}
+        self._http: Any = None
         prefix = "/episodes/{key}/v1"
         self.app = Starlette(
             routes=[
@@ -104,23 +105,28 @@ class OpenAIEndpoint:
         return f"{origin}/episodes/{key}/v1"
 
     def openai_client(self, key: str) -> Any:
-        """An `openai.AsyncOpenAI` for episode `key` that reaches this endpoint in-process, on
-        the HTTP library the installed `openai` is built on (httpx, or httpx2 in newer
-        releases), without retries (a retried call would sample again). Close it when done."""
+        """An `openai.AsyncOpenAI` for episode `key` that reaches this endpoint in-process,
+        without retries (a retried call would sample again). All episodes' clients share one
+        HTTP client (building one costs tens of milliseconds), so leave them open: the
+        endpoint's `aclose` closes it."""
         import openai
 
-        base = next(
-            c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient"
-        )
-        http = importlib.import_module(base.__module__.split(".")[0])
+        if self._http is None:
+            # openai's own client class, on the HTTP library it is built on (httpx, or httpx2
+            # in newer releases), over an ASGI transport: no socket, no port.
+            client = openai.DefaultAsyncHttpxClient
+            base = next(c for c in client.__mro__ if c.__name__ == "AsyncClient")
+            http = importlib.import_module(base.__module__.split(".")[0])
+            self._http = client(transport=http.ASGITransport(app=self.app), timeout=None)
         return openai.AsyncOpenAI(
-            base_url=self.base_url(key),
-            api_key="agenthub",
-            max_retries=0,
-            http_client=openai.DefaultAsyncHttpxClient(
-                transport=http.ASGITransport(app=self.app), timeout=None
-            ),
+            base_url=self.base_url(key), api_key="agenthub", max_retries=0, http_client=self._http
         )
+
+    async def aclose(self) -> None:
+        """Close the HTTP client the in-process `openai` clients share. Idempotent."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
     @asynccontextmanager
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[str]:

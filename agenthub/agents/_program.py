@@ -50,11 +50,11 @@ class ProgramPlayer:
         error: EpisodeError | None = None
         result: Any = None
         try:
-            async with self.endpoint.openai_client(episode.key) as client:
-                try:
-                    result = await env.run_program(task, client)
-                except ProgramError as exc:
-                    error = EpisodeError(cause="env_error", message=str(exc))
+            client = self.endpoint.openai_client(episode.key)
+            try:
+                result = await env.run_program(task, client)
+            except ProgramError as exc:
+                error = EpisodeError(cause="env_error", message=str(exc))
         finally:
             self.endpoint.close_episode(episode.key)
         program_s = time.perf_counter() - started

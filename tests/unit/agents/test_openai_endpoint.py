@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import openai
@@ -26,6 +27,14 @@ def react_engine(chat: ChatTokenizer, *, call: str = CALL) -> FakeEngine:
         return [*chat.encode_text(text), chat.closing_ids[0]]
 
     return FakeEngine(reply, stop_token_ids=chat.stop_token_ids, decode=chat.decode)
+
+
+@asynccontextmanager
+async def endpoint_client(endpoint: OpenAIEndpoint, key: str) -> AsyncIterator[Any]:
+    try:
+        yield endpoint.openai_client(key)
+    finally:
+        await endpoint.aclose()
 
 
 def token_differences(t: Trajectory, engine: FakeEngine) -> int:
@@ -56,7 +65,7 @@ async def test_tool_calls_round_trip_and_the_prompt_extends_the_sampled_tokens(
     engine = react_engine(tool_chat)
     endpoint = OpenAIEndpoint(engine, tool_chat, RolloutConfig())
     episode = endpoint.open_episode("e1")
-    async with endpoint.openai_client("e1") as client:
+    async with endpoint_client(endpoint, "e1") as client:
         messages: list[Any] = [{"role": "user", "content": "What is 2 + 3?"}]
         first = await client.chat.completions.create(model="m", messages=messages, tools=[ADD])
         [call] = first.choices[0].message.tool_calls or []
@@ -105,7 +114,7 @@ async def test_a_tool_call_that_does_not_parse_is_plain_content(tool_chat: ChatT
     broken = '<tool_call>{"name": "add", "arguments": {"a": 2,</tool_call>'
     endpoint = OpenAIEndpoint(react_engine(tool_chat, call=broken), tool_chat, RolloutConfig())
     endpoint.open_episode("e")
-    async with endpoint.openai_client("e") as client:
+    async with endpoint_client(endpoint, "e") as client:
         reply = await client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "2 + 3?"}], tools=[ADD]
         )
@@ -120,7 +129,7 @@ async def test_a_rewritten_history_opens_a_new_segment(chat: ChatTokenizer) -> N
     )
     endpoint = OpenAIEndpoint(engine, chat, RolloutConfig())
     episode = endpoint.open_episode("e")
-    async with endpoint.openai_client("e") as client:
+    async with endpoint_client(endpoint, "e") as client:
         messages: list[Any] = [{"role": "user", "content": "Count."}]
         reply = await client.chat.completions.create(model="m", messages=messages)
         # The reply sent back edited: not what was sampled, so a new segment.
@@ -153,7 +162,7 @@ async def test_text_completions_extend_by_the_returned_text(chat: ChatTokenizer)
     engine = FakeEngine(lambda p: two, stop_token_ids=chat.stop_token_ids)
     endpoint = OpenAIEndpoint(engine, chat, RolloutConfig())
     episode = endpoint.open_episode("e")
-    async with endpoint.openai_client("e") as client:
+    async with endpoint_client(endpoint, "e") as client:
         first = await client.completions.create(
             model="m", prompt="one", max_tokens=len(two), logprobs=0
         )
@@ -172,11 +181,11 @@ async def test_bad_requests_are_refused_with_the_reason(chat: ChatTokenizer) -> 
     engine = FakeEngine(lambda p: chat.encode_text("ok"), stop_token_ids=chat.stop_token_ids)
     endpoint = OpenAIEndpoint(engine, chat, RolloutConfig(max_turns=1))
     endpoint.open_episode("e")
-    async with endpoint.openai_client("e") as client:
+    async with endpoint_client(endpoint, "e") as client:
         hi = [{"role": "user", "content": "hi"}]
         with pytest.raises(openai.NotFoundError, match="no episode 'gone'"):
-            async with endpoint.openai_client("gone") as gone:
-                await gone.chat.completions.create(model="m", messages=hi)
+            gone = endpoint.openai_client("gone")
+            await gone.chat.completions.create(model="m", messages=hi)
         with pytest.raises(openai.BadRequestError, match="n must be 1"):
             await client.chat.completions.create(model="m", messages=hi, n=2)
         with pytest.raises(openai.BadRequestError, match="role 'function'"):
