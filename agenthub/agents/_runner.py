@@ -33,8 +33,10 @@ from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._config import RolloutConfig
 from agenthub.agents._engine import Generation, InferenceEngine
 from agenthub.agents._errors import ChatTemplateError, EngineError
+from agenthub.agents._program import ProgramPlayer
 from agenthub.agents._session import Session
 from agenthub.agents._trajectory import EpisodeError, ErrorCause, Timings, Trajectory
+from agenthub.envs.agent_program import AgentProgramEnv
 
 __all__ = ["EpisodeRunner", "Scorer"]
 
@@ -142,6 +144,7 @@ class EpisodeRunner:
         self.env_kwargs = env_kwargs or {}
         self.config = config
         self.scorer = scorer
+        self._programs: ProgramPlayer | None = None
         self._sampling = config.sampling.replace(
             stop_token_ids=tuple(sorted({*config.sampling.stop_token_ids, *chat.stop_token_ids}))
         )
@@ -213,6 +216,8 @@ class EpisodeRunner:
     async def run_episode(self, task: Task, *, sample: int = 0) -> Trajectory:
         """Run one episode of `task` in a fresh env instance and return its trajectory."""
         env = make(self.env, **self.env_kwargs)
+        if isinstance(env.unwrapped, AgentProgramEnv):
+            return await self._run_program(env, task, sample)
         state = _Episode()
         start = time.perf_counter()
         error: EpisodeError | None = None
@@ -227,6 +232,23 @@ class EpisodeRunner:
         state.timings.total_s = time.perf_counter() - start
         trajectory = self._trajectory(task, sample, state, error)
         if self.scorer is not None and error is None:
+            trajectory = await self._score(task, trajectory)
+        return trajectory
+
+    async def _run_program(self, env: Env[Any], task: Task, sample: int) -> Trajectory:
+        """An agent program's episode: the program drives the engine through the endpoint."""
+        assert isinstance(env.unwrapped, AgentProgramEnv)
+        if self._programs is None:
+            self._programs = ProgramPlayer(self.engine, self.chat, self.config, self.env_id)
+        seed = self.config.sampling.seed
+        seed = None if seed is None else _derive_seed(seed, task.id, sample)
+        try:
+            trajectory = await self._programs.play(env.unwrapped, task, sample, seed)
+        finally:
+            closing = await self._close(env)
+        if closing is not None and trajectory.error is None:
+            trajectory = _failed(trajectory, closing)
+        if self.scorer is not None and trajectory.error is None:
             trajectory = await self._score(task, trajectory)
         return trajectory
 

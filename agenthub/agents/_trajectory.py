@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = ["EpisodeError", "ErrorCause", "Timings", "Trajectory"]
 
@@ -57,6 +64,10 @@ class Trajectory(BaseModel):
     `finish_reasons` has one entry per model reply, in order: `length` where the engine cut the
     reply at its token limit (`max_reply_tokens`, or the room left under `max_tokens`), `stop`
     where it ended on its own (empty where they were not recorded: older trajectories, the REPL).
+    `segments` holds where each segment after the first starts in `tokens`, for an agent
+    program that rewrote its history: each segment is a training sample of its own (its own
+    prompt, its model tokens exactly as sampled) sharing the episode's reward;
+    `segment_trajectories()` splits them. Empty for one sequence, as every env's episode is.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -78,6 +89,7 @@ class Trajectory(BaseModel):
     timings: Timings
     extra_logs: dict[str, float] = {}
     finish_reasons: list[Literal["stop", "length"]] = []
+    segments: list[int] = []
 
     @model_validator(mode="after")
     def _check_lengths(self) -> Trajectory:
@@ -87,7 +99,37 @@ class Trajectory(BaseModel):
                 f"trajectory of {n} tokens has {len(self.loss_mask)} mask entries, "
                 f"{len(self.logprobs)} logprobs and {len(self.policy_versions)} policy versions"
             )
+        if self.segments != sorted(set(self.segments)) or not all(0 < s < n for s in self.segments):
+            raise ValueError(f"segments must be increasing offsets inside the {n} tokens")
         return self
+
+    @model_serializer(mode="wrap")
+    def _one_sequence_as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # `segments` is written only where there are several, so every env's JSON line (and
+        # every reader of it) stays as it was.
+        data: dict[str, Any] = handler(self)
+        if not data.get("segments"):
+            data.pop("segments", None)
+        return data
+
+    def segment_trajectories(self) -> list[Trajectory]:
+        """One trajectory per segment, each with the episode's reward and outcome (just
+        `[self]` when there is one segment)."""
+        if not self.segments:
+            return [self]
+        bounds = [0, *self.segments, len(self.tokens)]
+        return [
+            self.model_copy(
+                update={
+                    "tokens": self.tokens[a:b],
+                    "loss_mask": self.loss_mask[a:b],
+                    "logprobs": self.logprobs[a:b],
+                    "policy_versions": self.policy_versions[a:b],
+                    "segments": [],
+                }
+            )
+            for a, b in itertools.pairwise(bounds)
+        ]
 
     @property
     def num_generated_tokens(self) -> int:
