@@ -26,6 +26,21 @@ if TYPE_CHECKING:
 __all__ = ["Batch", "BatchAssembler", "FailedGroups", "NoSignal", "Verdict", "triage"]
 
 
+def _segments(
+    trajectories: list[Trajectory], values: list[float]
+) -> tuple[list[Trajectory], list[float]]:
+    """The sequences to learn from: each trajectory's segments (an agent program that rewrote
+    its history continued in a new one, whose tokens were sampled after that segment's own
+    prompt, not after the earlier segments), each with its trajectory's value (advantage or
+    reward)."""
+    pieces, shared = [], []
+    for trajectory, value in zip(trajectories, values, strict=True):
+        for piece in trajectory.segment_trajectories():
+            pieces.append(piece)
+            shared.append(value)
+    return pieces, shared
+
+
 def min_version(group: list[Trajectory]) -> int:
     return min((min(t.policy_versions) for t in group if t.policy_versions), default=0)
 
@@ -198,17 +213,17 @@ class Batch:
         rewards, self.shaping_stats = self.shaping.rewards(trajectories)
         self.shaped = rewards if self.shaping_stats else None
         group_size = len(self.groups[0])
-        versions = [t.policy_versions for t in trajectories]  # the gap metrics split by it
         if algo.estimator == "gae":
             clipped, clip_stats = self.shaping.clip(torch.tensor(rewards, dtype=torch.float32))
             self.shaping_stats += clip_stats
+            pieces, shared = _segments(trajectories, clipped.tolist())
             return TrainBatch.collate(
-                [t.tokens for t in trajectories],
-                [t.loss_mask for t in trajectories],
-                [t.logprobs for t in trajectories],
-                [0.0] * len(rewards),
-                rewards=clipped.tolist(),
-                policy_versions=versions,
+                [t.tokens for t in pieces],
+                [t.loss_mask for t in pieces],
+                [t.logprobs for t in pieces],
+                [0.0] * len(pieces),
+                rewards=shared,
+                policy_versions=[t.policy_versions for t in pieces],
             )
         _, clip_stats = self.shaping.clip(sequence_values(rewards, group_size, algo.estimator))
         self.shaping_stats += clip_stats
@@ -220,12 +235,13 @@ class Batch:
             std_norm=algo.advantage_std_norm,
             clip_range=self.shaping.config.clip_range,
         )
+        pieces, shared = _segments(trajectories, torch.as_tensor(adv).tolist())
         return TrainBatch.collate(
-            [t.tokens for t in trajectories],
-            [t.loss_mask for t in trajectories],
-            [t.logprobs for t in trajectories],
-            adv,
-            policy_versions=versions,
+            [t.tokens for t in pieces],
+            [t.loss_mask for t in pieces],
+            [t.logprobs for t in pieces],
+            shared,
+            policy_versions=[t.policy_versions for t in pieces],
         )
 
     def record(

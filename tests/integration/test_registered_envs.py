@@ -36,6 +36,9 @@ BUILTIN_ARGS: dict[str, dict[str, Any]] = {
 # Adapters whose packages pin versions ours exclude: check_env runs on them in venvs of their
 # own (tests/integration/hubs), not in this one, where their packages are not installed.
 OWN_VENV = {"gem", "verifiers", "verifiers_v1", "openenv"}
+# Played by the runner through its endpoint, not step by step: its reset/step refuse
+# (tests/unit/agents/test_agent_program.py tests it).
+RUNNER_PLAYED = {"agent_program"}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -48,9 +51,13 @@ def _judge_server() -> Iterator[None]:
 
 def test_every_builtin_env_has_check_arguments() -> None:
     builtins = {s.id for s in list_envs() if s.package == "agenthub"}
-    assert builtins == set(BUILTIN_ARGS) | OWN_VENV, "add the new built-in env to BUILTIN_ARGS"
+    assert builtins == set(BUILTIN_ARGS) | OWN_VENV | RUNNER_PLAYED, (
+        "add the new built-in env to BUILTIN_ARGS"
+    )
 
 
-@pytest.mark.parametrize("env_id", [s.id for s in list_envs() if s.id not in OWN_VENV])
+@pytest.mark.parametrize(
+    "env_id", [s.id for s in list_envs() if s.id not in OWN_VENV | RUNNER_PLAYED]
+)
 def test_registered_env_keeps_the_contract(env_id: str, tmp_path: Path) -> None:
     check_env(lambda: make(env_id, **BUILTIN_ARGS.get(env_id, {})))

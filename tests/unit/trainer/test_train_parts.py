@@ -1131,3 +1131,20 @@ def test_reinforce_batches_weigh_each_sequence_by_its_model_tokens() -> None:
     want = advantages([1.0, 0.0], 2, "reinforce", token_counts=[2, 8])
     assert got == pytest.approx(want.tolist(), abs=1e-6) == [2.0, -0.5]
     assert got != pytest.approx(advantages([1.0, 0.0], 2, "reinforce").tolist(), abs=1e-3)
+
+
+@pytest.mark.parametrize("estimator", ["group_norm", "gae"])
+def test_an_agent_programs_segments_are_learned_as_sequences_of_their_own(estimator: str) -> None:
+    # A program that rewrote its history went on in a new segment, sampled after its own
+    # prompt: it is learned as a sequence of its own, with the episode's advantage or reward.
+    rewritten = _trajectory(1.0, 0).model_copy(
+        update={"tokens": [1, 2, 3, 7, 8, 9, 4], "loss_mask": [0, 1, 1, 0, 0, 1, 1],
+                "logprobs": [0.0, -1, -1, 0, 0, -2, -2], "policy_versions": [0] * 7,
+                "segments": [3]}
+    )  # fmt: skip
+    algo = load_config([], ["env=math", f"algorithm.estimator={estimator}"]).algorithm
+    got = Batch(groups=[[rewritten, _trajectory(0.0, 0)]]).collate(algo)
+    assert got.input_ids.tolist() == [[1, 2, 3, 0], [7, 8, 9, 4], [1, 2, 3, 0]]
+    assert got.loss_mask.tolist() == [[0, 1, 1, 0], [0, 0, 1, 1], [0, 1, 1, 0]]
+    shared = got.rewards if estimator == "gae" else got.advantages
+    assert shared is not None and shared[0] == shared[1] != shared[2]
