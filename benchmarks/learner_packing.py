@@ -116,9 +116,7 @@ def main() -> None:
         f"packed (learner, {args.budget} tokens a micro-batch): {packed_rate:,.0f} useful tokens/s"
     )
     full, chunked = measure_memory("full"), measure_memory("chunked")
-    print(
-        f"logprobs of {TOKENS} tokens, vocabulary {VOCAB}: full {full:.0f} MiB, chunked {chunked:.0f} MiB"
-    )
+    print(f"logprobs of {TOKENS} tokens: full {full:.0f} MiB, chunked {chunked:.0f} MiB")
     print(f"chunked / full logprob peak memory: {chunked / full:.2f}")
     print(f"packed / padded useful tokens/s: {packed_rate / padded_rate:.2f}")
 
