@@ -30,6 +30,9 @@ docs: ## build the manual from docs/ into build/docs
 	@echo "the manual: build/docs/index.html"
 
 # pytest exits 5 when it collects nothing; that fails here like any other non-zero code.
+# It prints the 25 slowest tests, then the time since make started (tests/conftest.py), then
+# its own summary line (with its own time), which stays the log's last line: CI reads it.
+test: export AGENTHUB_MAKE_TEST_STARTED := $(shell date +%s)
 test: setup lint ## setup, lint, then every test (PYTEST_ARGS=... to narrow)
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) \
 		|| { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }

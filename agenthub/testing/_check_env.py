@@ -36,6 +36,7 @@ from agenthub._spec import EnvSpec
 from agenthub._tracebacks import described, raised
 from agenthub._types import Task
 from agenthub._watchdog import loop_watchdog
+from agenthub.testing._held import HeldClock
 
 logger = logging.getLogger("agenthub.testing")
 
@@ -81,6 +82,12 @@ def check_env(
     `env.spec` round-trips through JSON, and that no call blocks the event loop for more than
     `max_block_s` (training runs many episodes on one loop). Call it from a plain (sync) test;
     inside a running event loop use `acheck_env`.
+
+    A block is timed as the code on the loop's thread holds it: the time that thread spends
+    ready but waiting for a CPU (a loaded machine) and the garbage collector's passes on it are
+    taken out (`agenthub.testing._held`, from Linux's per-thread scheduler counts), so a busy
+    CI machine does not fail a correct env, while `time.sleep`, a synchronous call or CPU work
+    in the env still counts in full. Elsewhere than Linux a block is timed on the wall clock.
 
     A call that blocks the event loop for longer than `timeout_s` (`time.sleep`, a synchronous
     HTTP call without a timeout, `input()`) cannot be interrupted: meanwhile a warning on the
@@ -223,15 +230,19 @@ def _numpy_state() -> tuple[bytes, int]:
 
 
 class _Ticker:
-    """Ticks every 10 ms while the event loop is free: the longest gap between ticks is the
-    longest the loop was kept from running other tasks."""
+    """Ticks every 10 ms while the event loop is free. The longest gap between ticks, timed on
+    a clock that stops while the loop's thread waits for a CPU or collects garbage
+    (`HeldClock`), is the longest the code on the loop kept it from running other tasks: a
+    loaded machine delays the ticks, but not on that clock, while `time.sleep` or CPU work in
+    the env's call is counted in full."""
 
-    def __init__(self) -> None:
-        self.last = anyio.current_time()
+    def __init__(self, clock: HeldClock) -> None:
+        self.clock = clock
+        self.last = clock.now()
         self.longest = 0.0
 
     def tick(self) -> None:
-        now = anyio.current_time()
+        now = self.clock.now()
         self.longest = max(self.longest, now - self.last)
         self.last = now
 
@@ -415,20 +426,21 @@ class _Checker:
         made it, for the report: `fail_after` cannot interrupt such a call, but a ticker kept
         waiting meanwhile shows it."""
         self.current, self.hint = what, hint
-        ticker = _Ticker()
         error: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ticker.run)
-            try:
-                yield
-            except Exception as exc:  # raised below: the task group would wrap it in a group
-                error = exc
-            finally:
-                ticker.tick()
-                tg.cancel_scope.cancel()
-                worst = self.longest_block[0] if self.longest_block else self.max_block_s
-                if ticker.longest > worst:
-                    self.longest_block = (ticker.longest, what, hint)
+        with HeldClock() as clock:
+            ticker = _Ticker(clock)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ticker.run)
+                try:
+                    yield
+                except Exception as exc:  # raised below: the group would wrap it in a group
+                    error = exc
+                finally:
+                    ticker.tick()
+                    tg.cancel_scope.cancel()
+                    worst = self.longest_block[0] if self.longest_block else self.max_block_s
+                    if ticker.longest > worst:
+                        self.longest_block = (ticker.longest, what, hint)
         if error is not None:
             raise error
 

@@ -63,10 +63,9 @@ async def test_a_cancelled_run_removes_its_container_and_the_pool_recovers() -> 
     async with DockerSandbox(pool_size=1, limits=Limits(timeout_s=60)) as sandbox:
         await sandbox.start()
         busy = sandbox._idle[0].container
-        start = time.monotonic()
-        with anyio.move_on_after(1.5):
+        with anyio.move_on_after(1.5) as waited:
             await sandbox.run("while True:\n    pass")
-        assert time.monotonic() - start < 30
+        assert waited.cancelled_caught, "the run was cancelled, not waited for (60 s)"
         assert busy.id not in {c.id for c in containers_of(os.getpid())}
         assert (await sandbox.run("print('after')")).stdout == "after\n"
         assert sandbox.live_containers() == 1

@@ -5,7 +5,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -358,10 +357,11 @@ def test_only_stdout_whose_reader_left_is_taken_for_a_quiet_end(
 
 def test_envs_check_of_an_env_blocking_the_loop_for_good_fails_past_the_timeout() -> None:
     # It printed nothing and hung: only the loop can end a call's timeout, and it never ran.
+    # The call blocks for 11 days: that the command returns at all (within `agenthub`'s 60 s)
+    # shows the check gave up on it rather than waiting.
     env = ["tests.unit._envs:BlockingEnv", "where=step", "block_s=1000000"]
-    start = time.monotonic()
     result = agenthub("envs", "check", *env, "--timeout", "0.5")
-    assert result.returncode == 1 and time.monotonic() - start < 30
+    assert result.returncode == 1
     message = " ".join(result.stderr.split())
     assert "step #1 of task 'train-0' with action '' has blocked the event loop" in message
     assert "_envs.py:" in message and "anyio.to_thread.run_sync" in message, message
@@ -369,9 +369,9 @@ def test_envs_check_of_an_env_blocking_the_loop_for_good_fails_past_the_timeout(
 
 def test_envs_check_of_a_task_source_that_blocks_for_good_fails_past_the_timeout() -> None:
     # Splits were read ahead in a thread, where no watchdog looked and nothing could end it.
-    start = time.monotonic()
+    # The source blocks for good: that the command returns at all is the point.
     result = agenthub("envs", "check", "tests.unit._envs:StallingTasksEnv", "--timeout", "0.5")
-    assert result.returncode == 1 and time.monotonic() - start < 30
+    assert result.returncode == 1
     message = " ".join(result.stderr.split())
     assert "env.tasks('train') has blocked the event loop" in message, message
     assert "give its reads a timeout" in message, message
