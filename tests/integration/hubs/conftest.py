@@ -51,10 +51,11 @@ def hub_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 def run_inside(python: Path, module: str, timeout: float = 900) -> str:
     """Run the tests of `module` (a path under tests/) with that venv's python; assert they
     all pass and return pytest's output."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
+    # A learner built earlier in this process left RANK, LOCAL_RANK and WORLD_SIZE set (for
+    # DeepSpeed): a hub's trainer inside (TRL through accelerate) would read them as a launch.
+    launched = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+    env = {k: v for k, v in os.environ.items() if k not in launched}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", module]
     result = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
