@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -779,9 +780,16 @@ def test_a_full_disk_is_named_when_a_run_fails(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.timeout(30)
-@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_a_closed_terminal_stops_the_run_with_a_checkpoint_as_ctrl_c_does(sig: str) -> None:
+@pytest.fixture
+def hangup_default() -> Iterator[None]:
+    """SIGHUP as a terminal session has it: a suite started under nohup inherits it ignored,
+    and `interruptible` rightly leaves an ignored SIGHUP ignored."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, previous)
+
+
+def _interrupt(sig: str, twice: bool, wait_s: float = 10) -> tuple[int, RunControl]:
     import os
 
     def log(message: str) -> None:
@@ -790,15 +798,33 @@ def test_a_closed_terminal_stops_the_run_with_a_checkpoint_as_ctrl_c_does(sig: s
     async def main(control: RunControl) -> int:
         with interruptible(asyncio.get_running_loop(), control, log) as handler:
             os.kill(os.getpid(), getattr(signal, sig))
-            await control.wait()
-            if sig != "SIGINT":  # sent again (a supervisor, a hang-up): the run still saves
+            await asyncio.wait_for(control.wait(), wait_s)
+            if twice:  # sent again (a supervisor, a hang-up): the run still saves
                 os.kill(os.getpid(), getattr(signal, sig))
                 await asyncio.sleep(0.1)
         return handler.presses
 
     control = RunControl()
-    assert asyncio.run(main(control)) == 1
+    return asyncio.run(main(control)), control
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.usefixtures("hangup_default")
+def test_a_closed_terminal_stops_the_run_with_a_checkpoint_as_ctrl_c_does(sig: str) -> None:
+    presses, control = _interrupt(sig, twice=sig != "SIGINT")
+    assert presses == 1
     assert control.reason == StopReason("interrupted", f"interrupted by {sig}")
+
+
+@pytest.mark.timeout(30)
+def test_a_run_under_nohup_leaves_a_hang_up_ignored() -> None:
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with pytest.raises(TimeoutError):  # the hang-up changed nothing: no stop was asked
+            _interrupt("SIGHUP", twice=False, wait_s=0.5)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_the_start(tmp_path: Path) -> None:
