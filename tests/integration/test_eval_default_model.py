@@ -36,9 +36,17 @@ RUNS = {
 }
 
 
+# The main job's env runs on the engine `agenthub eval` starts by default; the others only need
+# a model to answer and share one `vllm serve` (tests/vllm_server.py).
+IN_PROCESS = {"code_exec"}
+
+
 @pytest.mark.parametrize("env_id", sorted(RUNS))
-def test_eval_runs_on_the_default_model(env_id: str, tmp_path: Path) -> None:
-    summary = run_eval(env_id, RUNS[env_id], tmp_path / "run")
+def test_eval_runs_on_the_default_model(
+    env_id: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    served = None if env_id in IN_PROCESS else request.getfixturevalue("vllm_server")
+    summary = run_eval(env_id, RUNS[env_id], tmp_path / "run", served)
     if env_id == "code_exec":
         # The sandbox ran every reply; whether greedy replies pass on 3 tasks is the model's
         # business (its warm start prints instead of returning half the time, on purpose).
@@ -51,15 +59,17 @@ def test_eval_runs_on_the_default_model(env_id: str, tmp_path: Path) -> None:
         )
 
 
-def test_eval_runs_the_llm_judge_env_on_the_default_model(tmp_path: Path) -> None:
+def test_eval_runs_the_llm_judge_env_on_the_default_model(tmp_path: Path, vllm_server: str) -> None:
     with judge_server() as (url, script):
-        tasks = ["--tasks", str(FIXTURES / "tasks.jsonl")]
-        summary = run_eval("judge", [f"judge_url={url}", "judge_model=judge-1", *tasks], tmp_path)
+        args = [f"judge_url={url}", "judge_model=judge-1", "--tasks", str(FIXTURES / "tasks.jsonl")]
+        summary = run_eval("judge", args, tmp_path, vllm_server)
     assert 1 <= len(script.requests) <= 6, "each reply judged once (identical ones cached)"
     assert {round(r, 1) for r in summary["rewards"]} <= {0.2, 0.9}
 
 
-def test_eval_shows_a_tool_env_s_tools_to_the_default_model(tmp_path: Path) -> None:
+def test_eval_shows_a_tool_env_s_tools_to_the_default_model(
+    tmp_path: Path, vllm_server: str
+) -> None:
     from transformers import AutoTokenizer
 
     from agenthub.agents.default_model import ensure_default_model
@@ -70,7 +80,7 @@ def test_eval_shows_a_tool_env_s_tools_to_the_default_model(tmp_path: Path) -> N
     paths = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", paths)
-        summary = run_eval("calculator", ["--temperature", "0"], tmp_path / "run")
+        summary = run_eval("calculator", ["--temperature", "0"], tmp_path / "run", vllm_server)
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_default_model()))
     for line in summary["lines"]:
         t = json.loads(line)
@@ -80,8 +90,15 @@ def test_eval_shows_a_tool_env_s_tools_to_the_default_model(tmp_path: Path) -> N
         assert opening.endswith("Use the tools.<|im_end|>\n<|im_start|>assistant\n")
 
 
-def run_eval(env_id: str, args: list[str], out: Path) -> dict[str, Any]:
-    """`agenthub eval` of 3 tasks x 2 samples; checks the run's files, returns the summary."""
+def run_eval(
+    env_id: str, args: list[str], out: Path, base_url: str | None = None
+) -> dict[str, Any]:
+    """`agenthub eval` of 3 tasks x 2 samples, on its own engine or on the `vllm serve` at
+    `base_url`; checks the run's files, returns the summary."""
+    if base_url is not None:
+        from agenthub.agents.default_model import ensure_default_model
+
+        args = [*args, "--base-url", base_url, "--model", str(ensure_default_model())]
     command = [
         sys.executable,
         "-m",
@@ -143,9 +160,10 @@ def test_a_signal_while_the_engine_starts_ends_eval_at_once(sig: str, tmp_path: 
                 break
             time.sleep(0.05)
         os.killpg(process.pid, getattr(signal, sig))  # as a terminal's Ctrl-C, or `kill`
-        start = time.monotonic()
+        # At once, not after the start-up handshake's 10 minutes: the deadline is generous so
+        # that a busy machine does not fail it.
         _, err = process.communicate(timeout=60)
-    assert process.returncode == 130 and time.monotonic() - start < 10, err.decode()[-2000:]
+    assert process.returncode == 130, err.decode()[-2000:]
     assert "interrupted while the engine started" in err.decode()
     assert not [
         p

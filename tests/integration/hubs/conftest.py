@@ -17,6 +17,7 @@ import pytest
 from agenthub.testing._venvs import overlay_venv
 
 from ...conftest import REPO
+from ...vllm_server import URL_VARIABLE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,14 +49,19 @@ def hub_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     return make
 
 
-def run_inside(python: Path, module: str, timeout: float = 900) -> str:
+def run_inside(
+    python: Path, module: str, timeout: float = 900, vllm_server: str | None = None
+) -> str:
     """Run the tests of `module` (a path under tests/) with that venv's python; assert they
-    all pass and return pytest's output."""
+    all pass and return pytest's output. `vllm_server`: the URL of the session's `vllm serve`,
+    which the tests inside read from the environment (tests/vllm_server.py)."""
     # A learner built earlier in this process left RANK, LOCAL_RANK and WORLD_SIZE set (for
     # DeepSpeed): a hub's trainer inside (TRL through accelerate) would read them as a launch.
     launched = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
     env = {k: v for k, v in os.environ.items() if k not in launched}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    if vllm_server is not None:
+        env[URL_VARIABLE] = vllm_server
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", module]
     result = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout

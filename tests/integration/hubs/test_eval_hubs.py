@@ -22,17 +22,22 @@ RUNS = {
 
 
 @pytest.mark.parametrize("env_id", sorted(RUNS))
-def test_eval_runs_the_adapter_on_the_default_model(env_id: str, tmp_path: Path) -> None:
-    summary = run_eval(env_id, RUNS[env_id], tmp_path / "run")
+def test_eval_runs_the_adapter_on_the_default_model(
+    env_id: str, tmp_path: Path, vllm_server: str
+) -> None:
+    summary = run_eval(env_id, RUNS[env_id], tmp_path / "run", vllm_server)
     for line in summary["lines"]:
         t = json.loads(line)
         assert t["score"] in (0.0, 1.0) or t["truncated"], t
 
 
-def test_a_game_that_needs_the_network_fails_its_episodes_typed(tmp_path: Path) -> None:
+def test_a_game_that_needs_the_network_fails_its_episodes_typed(
+    tmp_path: Path, vllm_server: str, default_model: Path
+) -> None:
     out = tmp_path / "run"
     command = [sys.executable, "-m", "agenthub", "eval", "--env", "textarena"]
     command += ["env_id=Wordle-v0", "num_tasks=2", "-n", "2", "--max-reply-tokens", "16"]
+    command += ["--base-url", vllm_server, "--model", str(default_model)]
     result = subprocess.run(
         [*command, "--out", str(out)], capture_output=True, text=True, timeout=1400
     )

@@ -18,6 +18,8 @@ def test_gem_adapter_in_gem_s_venv(hub_venv: Callable[[str], Path]) -> None:
 
 
 @pytest.mark.smoke
-def test_eval_runs_gem_in_gem_s_venv(hub_venv: Callable[[str], Path]) -> None:
-    output = run_inside(hub_venv("gem"), "tests/integration/hubs/inside_gem_eval.py", 1700)
+def test_eval_runs_gem_in_gem_s_venv(hub_venv: Callable[[str], Path], vllm_server: str) -> None:
+    output = run_inside(
+        hub_venv("gem"), "tests/integration/hubs/inside_gem_eval.py", 1700, vllm_server
+    )
     assert "1 passed" in output, output[-2000:]

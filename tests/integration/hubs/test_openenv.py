@@ -18,6 +18,8 @@ def test_openenv_adapter_in_openenv_s_venv(hub_venv: Callable[[str], Path]) -> N
 
 
 @pytest.mark.smoke
-def test_eval_runs_openenv_in_its_venv(hub_venv: Callable[[str], Path]) -> None:
-    output = run_inside(hub_venv("openenv"), "tests/integration/hubs/inside_openenv_eval.py", 1700)
+def test_eval_runs_openenv_in_its_venv(hub_venv: Callable[[str], Path], vllm_server: str) -> None:
+    output = run_inside(
+        hub_venv("openenv"), "tests/integration/hubs/inside_openenv_eval.py", 1700, vllm_server
+    )
     assert "1 passed" in output, output[-2000:]

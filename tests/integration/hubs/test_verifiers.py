@@ -18,8 +18,8 @@ def test_verifiers_adapter_in_verifiers_venv(hub_venv: Callable[[str], Path]) ->
 
 
 @pytest.mark.smoke
-def test_eval_runs_verifiers_in_its_venv(hub_venv: Callable[[str], Path]) -> None:
+def test_eval_runs_verifiers_in_its_venv(hub_venv: Callable[[str], Path], vllm_server: str) -> None:
     output = run_inside(
-        hub_venv("verifiers"), "tests/integration/hubs/inside_verifiers_eval.py", 1700
+        hub_venv("verifiers"), "tests/integration/hubs/inside_verifiers_eval.py", 1700, vllm_server
     )
     assert "2 passed" in output, output[-2000:]
