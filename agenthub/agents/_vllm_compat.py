@@ -86,7 +86,6 @@ __all__ = [
     "nccl_worker_init_info",
     "release",
     "is_engine_dead",
-    "nccl_trainer_init_info",
     "register_weight_transfer",
     "reload_weights",
     "sampling_params",
@@ -205,12 +204,6 @@ def _trainer_init(
     # engine written for 0.27's convention is called by it directly.
     engine = factory._registry[init_info.backend]()
     return engine.trainer_init(init_info, client=client, source=source)
-
-
-def nccl_trainer_init_info(**rendezvous: Any) -> Any:
-    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
-
-    return NCCLTrainerInitInfo(**rendezvous)
 
 
 def nccl_packing(bucket_bytes: int, buffers: int) -> dict[str, Any]:
@@ -342,8 +335,9 @@ async def reload_weights(llm: Any, folder: str) -> None:
 
 async def sleep(llm: Any, level: int) -> None:
     """Free the engine's GPU memory (the engine must start with `enable_sleep_mode`): level 1
-    moves the weights to host memory and drops the KV cache, level 2 drops both."""
-    await llm.sleep(level=level)
+    moves the weights to host memory and drops the KV cache, level 2 drops both. Requests
+    paused in flight stay paused (`keep`), not aborted (vLLM's default)."""
+    await llm.sleep(level=level, mode="keep")
 
 
 async def wake_up(llm: Any, tags: list[str] | None = None) -> None:

@@ -224,6 +224,12 @@ class RayConfig(ConfigSection):
     """CPU threads of the learner's torch ops."""
     worker_threads: int = Field(1, ge=1)
     """CPU threads of each rollout worker's engine (on CPU machines)."""
+    colocate: bool = False
+    """The learner and the rollout engine share one GPU (a "hybrid engine"): between rollout
+    phases the engine sleeps (vLLM's level 2: its weights and KV cache freed), the learner
+    steps, the engine wakes and takes the new weights over CUDA IPC. Needs a GPU; one learner
+    rank and one rollout worker, which take half of it each unless `learner_num_gpus` /
+    `worker_num_gpus` say otherwise (together at most 1). See docs/train.md, "Colocated"."""
 
     @model_validator(mode="after")
     def _custom_resources(self) -> RayConfig:
@@ -254,6 +260,29 @@ class RayConfig(ConfigSection):
                 f"{self.learner_num_gpus:g}: the ranks of a learner on GPUs reduce over NCCL, "
                 "which needs a whole GPU per rank; set ray.learner_num_gpus=1 (or 0 for CPU)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_shared_gpu(self) -> RayConfig:
+        if not self.colocate:
+            return self
+        if self.learner_ranks != 1 or self.rollout_workers != 1:
+            raise ValueError(
+                f"ray.colocate shares one GPU between one learner rank and one rollout worker, "
+                f"but ray.learner_ranks={self.learner_ranks} and ray.rollout_workers="
+                f"{self.rollout_workers}: set both to 1, or ray.colocate=false to give the "
+                "learner and the engines GPUs of their own"
+            )
+        learner = self.learner_num_gpus or 0.5
+        worker = self.worker_num_gpus or 0.5
+        if learner + worker > 1:
+            raise ValueError(
+                f"ray.colocate puts the learner (ray.learner_num_gpus={learner:g}) and the "
+                f"engine (ray.worker_num_gpus={worker:g}) on one GPU, so the two must add up "
+                "to at most 1; leave them unset for half each"
+            )
+        object.__setattr__(self, "learner_num_gpus", learner)
+        object.__setattr__(self, "worker_num_gpus", worker)
         return self
 
 
