@@ -200,9 +200,9 @@ class RayConfig(ConfigSection):
     """Rollout workers, each with its own inference engine."""
     worker_num_gpus: float = Field(0.0, ge=0)
     """GPUs reserved for each rollout worker's engine. When this and `learner_num_gpus` are
-    whole GPUs (1 or more), weights sync over NCCL; otherwise over gloo. An engine split over
-    GPUs (`rollout.tensor_parallel_size` above 1) holds exactly that many, and this is set
-    to it when not given."""
+    whole GPUs (1 or more), weights sync GPU to GPU over NCCL (over CUDA IPC with `colocate`);
+    otherwise over gloo. An engine split over GPUs (`rollout.tensor_parallel_size` above 1)
+    holds exactly that many, and this is set to it when not given."""
     learner_num_gpus: float = Field(0.0, ge=0)
     """GPUs reserved for each learner rank."""
     learner_ranks: int = Field(1, ge=1)
