@@ -254,3 +254,75 @@ def test_an_in_process_engine_takes_the_ipc_init_without_a_rank() -> None:
         return engine.got
 
     assert asyncio.run(run()) == [{}, {"world_size": 2, "rank_offset": 1}]
+
+
+def test_a_step_asked_for_during_a_sync_waits_for_it_and_a_first_sync_wakes_nothing() -> None:
+    log: list[str] = []
+
+    async def run() -> None:
+        turns = GpuTurns(Engine(log))
+        synced = asyncio.Event()
+
+        async def first_weights() -> None:
+            log.append("sync 0")
+
+        await turns.sync(first_weights)  # the run's first weights: the engine is awake
+        assert log == ["sync 0"]
+
+        async def step() -> None:
+            log.append("step")
+
+        async def slow_sync() -> None:
+            log.append("sync 1 begins")
+            await synced.wait()
+            log.append("sync 1 ends")
+
+        await turns.step(step)
+        syncing = asyncio.create_task(turns.sync(slow_sync))
+        await asyncio.sleep(0.01)
+        queued = asyncio.create_task(turns.step(step))  # the loop queues the next step
+        await asyncio.sleep(0.01)
+        assert log[-1] == "sync 1 begins", "the engine must not sleep while taking weights"
+        synced.set()
+        await asyncio.gather(syncing, queued)
+
+    asyncio.run(run())
+    assert log == [
+        "sync 0",
+        "sleep 2",
+        "step",
+        "wake ['weights']",
+        "sync 1 begins",
+        "sync 1 ends",
+        "wake ['kv_cache']",
+        "sleep 2",
+        "step",
+        "wake ['weights']",
+    ]
+
+
+def test_the_cluster_puts_every_live_engine_to_sleep_and_wakes_it() -> None:
+    from agenthub.trainer._cluster import _Engines
+
+    log: list[tuple[int, str, Any]] = []
+
+    class Method:
+        def __init__(self, rank: int, name: str) -> None:
+            self.rank, self.name = rank, name
+
+        def remote(self, arg: Any) -> Any:
+            async def call() -> None:
+                log.append((self.rank, self.name, arg))
+
+            return call()
+
+    class Actor:
+        def __init__(self, rank: int) -> None:
+            self.sleep, self.wake_up = Method(rank, "sleep"), Method(rank, "wake_up")
+
+    workers = {0: Actor(0)}
+    engines = _Engines(lambda: workers)
+    asyncio.run(engines.sleep(2))
+    workers = {0: Actor(0), 1: Actor(1)}  # a replacement renews the dict
+    asyncio.run(engines.wake_up(["weights"]))
+    assert log == [(0, "sleep", 2), (0, "wake_up", ["weights"]), (1, "wake_up", ["weights"])]
