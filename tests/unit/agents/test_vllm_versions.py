@@ -258,3 +258,65 @@ def test_an_ipc_update_is_unpacked_in_every_series(real: type[Any]) -> None:
 )
 def test_a_version_string_names_its_series(found: str, series: tuple[int, int]) -> None:
     assert compat.release(found) == series
+
+
+class AsyncLLM026:
+    """vLLM 0.26's `AsyncLLM`, the methods agenthub calls whose signatures later releases
+    changed or kept: 0.27 dropped `pause_generation`'s `wait_for_inflight_requests` and gave
+    `finish_weight_update` a `weight_version`; `sleep` / `wake_up` are 0.32's too."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    async def pause_generation(
+        self,
+        *,
+        mode: str = "abort",
+        wait_for_inflight_requests: bool | None = None,
+        clear_cache: bool = True,
+    ) -> None:
+        self.calls.append(("pause", {"mode": mode, "clear_cache": clear_cache}))
+
+    async def sleep(self, level: int = 1, mode: str = "abort") -> None:
+        self.calls.append(("sleep", {"level": level, "mode": mode}))
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        self.calls.append(("wake_up", {"tags": tags}))
+
+    async def finish_weight_update(self) -> None:
+        self.calls.append(("finish", {}))
+
+
+class AsyncLLM032(AsyncLLM026):
+    async def pause_generation(self, *, mode: str = "abort", clear_cache: bool = True) -> None:
+        self.calls.append(("pause", {"mode": mode, "clear_cache": clear_cache}))
+
+    async def wake_up(self, tags: list[str] | None = None) -> bool:  # type: ignore[override]
+        self.calls.append(("wake_up", {"tags": tags}))
+        return True
+
+    async def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.calls.append(("finish", {}))
+
+
+@pytest.mark.parametrize("llm_class", [AsyncLLM026, AsyncLLM032])
+def test_sleep_wake_and_pause_are_called_alike_in_every_series(llm_class: type[Any]) -> None:
+    import asyncio
+
+    from agenthub.agents._update_gate import UpdateGate
+
+    llm = llm_class()
+
+    async def run() -> None:
+        await UpdateGate(llm, "keep").begin()
+        await compat.sleep(llm, 2)
+        await compat.wake_up(llm, ["weights"])
+        await llm.finish_weight_update()  # as VLLMEngine calls it: no version
+
+    asyncio.run(run())
+    assert llm.calls == [
+        ("pause", {"mode": "keep", "clear_cache": False}),
+        ("sleep", {"level": 2, "mode": "keep"}),
+        ("wake_up", {"tags": ["weights"]}),
+        ("finish", {}),
+    ]
