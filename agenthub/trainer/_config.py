@@ -227,9 +227,11 @@ class RayConfig(ConfigSection):
     colocate: bool = False
     """The learner and the rollout engine share one GPU (a "hybrid engine"): between rollout
     phases the engine sleeps (vLLM's level 2: its weights and KV cache freed), the learner
-    steps, the engine wakes and takes the new weights over CUDA IPC. Needs a GPU; one learner
-    rank and one rollout worker, which take half of it each unless `learner_num_gpus` /
-    `worker_num_gpus` say otherwise (together at most 1). See docs/train.md, "Colocated"."""
+    steps, the engine wakes and takes the new weights over CUDA IPC. Needs one GPU on the node
+    (`CUDA_VISIBLE_DEVICES` makes one of several the only one); one learner rank and one
+    rollout worker, which take half of it each unless `learner_num_gpus` / `worker_num_gpus`
+    say otherwise (together at most 1). See docs/train.md, "Weights GPU to GPU, and the
+    colocated engine"."""
 
     @model_validator(mode="after")
     def _custom_resources(self) -> RayConfig:

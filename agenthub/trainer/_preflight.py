@@ -95,11 +95,21 @@ def _check_colocate(cfg: TrainConfig, node_gpus: Sequence[float] | None) -> None
         if cfg.ray.address is not None:
             return
         node_gpus, where = [_local_gpus()], "this machine"
-    if max(node_gpus, default=0.0) < 1:
+    most = max(node_gpus, default=0.0)
+    if most < 1:
         raise AgentHubError(
             f"ray.colocate=true shares a CUDA GPU between the learner and the rollout engine "
             f"(vLLM's sleep mode and CUDA IPC), and {where} has none: set ray.colocate=false "
             "to train on CPU, or train on a machine with a GPU"
+        )
+    if most > 1:
+        # Ray places each of the two on any GPU of the node; CUDA IPC needs them on one.
+        raise AgentHubError(
+            f"ray.colocate=true puts the learner and the rollout engine on one GPU, and "
+            f"{where} has {most:g} on a node, where Ray may place the two on different ones: "
+            "make one visible (CUDA_VISIBLE_DEVICES=0 agenthub train ...), or set "
+            "ray.colocate=false and give each its own (ray.learner_num_gpus=1, "
+            "ray.worker_num_gpus=1)"
         )
 
 

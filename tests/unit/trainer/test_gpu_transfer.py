@@ -112,6 +112,8 @@ def test_colocating_where_there_is_no_gpu_says_so_before_anything_starts() -> No
     cfg = load_config([], ["env=math", "ray.colocate=true"])
     with pytest.raises(AgentHubError, match=r"has none: set ray.colocate=false"):
         check_engine_gpus(cfg, [0.0])
+    with pytest.raises(AgentHubError, match=r"has 8 on a node.*CUDA_VISIBLE_DEVICES=0"):
+        check_engine_gpus(cfg, [8.0])
     check_engine_gpus(cfg, [1.0])
 
 
