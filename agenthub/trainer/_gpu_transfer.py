@@ -163,7 +163,7 @@ class IpcSender:
         self.uuid = uuid
         self.share = share
         self.synchronize = synchronize
-        self.open_ = True
+        self._shut = False
 
     @classmethod
     def open(cls, client: Any, source: BucketedSource) -> IpcSender:
@@ -171,7 +171,7 @@ class IpcSender:
         return cls(client, source, uuid=gpu_uuid())
 
     def send_weights(self) -> None:
-        if not self.open_:
+        if self._shut:
             raise RuntimeError("send_weights after shutdown")
         self.client.start_weight_update()
         for bucket in self.source.buckets():
@@ -187,4 +187,4 @@ class IpcSender:
         self.client.finish_weight_update()
 
     def shutdown(self) -> None:
-        self.open_ = False
+        self._shut = True
