@@ -25,7 +25,10 @@ class UpdateGate:
     `begin` waits for the requests in flight to finish on the old weights, and `end` only
     drops the prefix cache. `fail` ends a round that failed part-way: paused requests are
     aborted (their callers see the engine's error, not a cut reply) and the held ones let
-    through, to be refused by the engine."""
+    through, to be refused by the engine.
+
+    Rounds nest: a round begun inside another (a weight sync while a colocated engine sleeps,
+    `VLLMEngine.sleep`) neither pauses nor resumes anything; the outer round's `end` does."""
 
     def __init__(self, llm: Any, mode: WeightUpdate) -> None:
         self.llm = llm
@@ -34,6 +37,7 @@ class UpdateGate:
         self._in_flight = 0
         self._updating = False
         self._paused = False
+        self._depth = 0  # rounds begun and not ended: the outermost pauses and resumes
 
     @property
     def in_flight(self) -> int:
@@ -54,6 +58,9 @@ class UpdateGate:
 
     async def begin(self, *, drain: bool = False) -> None:
         """Start a round (`drain`: as `drain` rounds do, whatever the gate's mode)."""
+        if self._depth:
+            self._depth += 1
+            return
         keep = self.keep and not drain
         try:
             async with self._changed:
@@ -63,12 +70,16 @@ class UpdateGate:
             if keep:
                 await self.llm.pause_generation(mode="keep", clear_cache=False)
                 self._paused = True
+            self._depth = 1
         except BaseException:  # cancelled while draining, or vLLM did not pause: no round
             await self._release()
             raise
 
     async def end(self) -> None:
-        """The new weights are loaded: requests go on."""
+        """The new weights are loaded: requests go on (once the outermost round ends)."""
+        if self._depth > 1:
+            self._depth -= 1
+            return
         await self.llm.reset_prefix_cache(reset_running_requests=self._paused)
         if self._paused:
             await self.llm.resume_generation()
@@ -85,6 +96,7 @@ class UpdateGate:
             await self._release()
 
     async def _release(self) -> None:
+        self._depth = 0
         async with self._changed:
             self._updating = False
             self._changed.notify_all()

@@ -539,6 +539,33 @@ class VLLMEngine(InferenceEngine):
             raise
         self._round = None
 
+    async def sleep(self, level: int = 2) -> None:
+        """Free the engine's GPU memory for another tenant of its GPU (`ray.colocate`): new
+        requests wait and those in flight pause (as a `keep` round holds them), then vLLM
+        sleeps (the engine must start with `enable_sleep_mode=True`). Level 2 frees the
+        weights too, so they must be loaded again (a weight-transfer round, which may run
+        while the KV cache still sleeps) before `wake_up` lets requests go on: vLLM samples
+        garbage from weights woken from level 2 and not reloaded (vLLM issue 29341)."""
+        from agenthub.agents import _vllm_compat as compat
+
+        self._check_open("sleep")
+        await self._updates.begin()
+        try:
+            await compat.sleep(self._llm, level)
+        except BaseException as exc:
+            await self._fail_round(exc)
+            raise
+
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        """Take back what `sleep` freed: `["weights"]` first (then load them), then
+        `["kv_cache"]` or everything (`None`), which lets the held requests go on."""
+        from agenthub.agents import _vllm_compat as compat
+
+        self._check_open("wake_up")
+        await compat.wake_up(self._llm, tags)
+        if tags is None or "kv_cache" in tags:
+            await self._updates.end()  # cached KV was the old weights': recomputed
+
     async def _end_abandoned_round(self) -> None:
         """End a round its trainer left between calls (another engine of its group died): the
         weights it holds, old or wholly received, stand under their own version, and the

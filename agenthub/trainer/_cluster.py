@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agenthub._errors import AgentHubError
 from agenthub.agents import Trajectory
 from agenthub.agents._run_dir import write_atomic
+from agenthub.trainer._colocate import GpuTurns
 from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._library_logs import library_log_env, route_library_logs
 
@@ -233,6 +234,8 @@ class RayCluster:
             lambda rank: self._new_worker(rank, self._drawn[rank], self._lives[rank]),
         )
         """Where the given-up ranks' next workers look for room."""
+        self.turns = GpuTurns(_Engines(lambda: self.workers)) if cfg.ray.colocate else None
+        """`ray.colocate`: the learner's turns on the GPU its engine shares."""
 
     def _new_worker(self, rank: int, drawn: int, life: int) -> Any:
         """Rollout worker `rank`'s actor, going on after `drawn` tasks, in its `life`-th life
@@ -323,10 +326,14 @@ class RayCluster:
         return self.queue.qsize()
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
+        if self.turns is not None:
+            return await self.turns.step(lambda: self.learner.step(batch))
         learned: dict[str, float] = await self.learner.step(batch)
         return learned
 
     async def send_weights(self, version: int) -> float:
+        if self.turns is not None:
+            return await self.turns.sync(lambda: self.learner.send_weights(version))
         seconds: float = await self.learner.send_weights(version)
         return seconds
 
@@ -462,6 +469,20 @@ class RayCluster:
         about["nodes"]["rollout_workers"] = nodes[ranks:]
         self.processes.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.processes, json.dumps(about))
+
+
+class _Engines:
+    """The rollout workers' engines as one colocated engine (`GpuTurns`): the live ones at
+    each call (`workers`, which a replacement renews)."""
+
+    def __init__(self, workers: Callable[[], dict[int, Any]]) -> None:
+        self.workers = workers
+
+    async def sleep(self, level: int) -> None:
+        await asyncio.gather(*(w.sleep.remote(level) for w in self.workers().values()))
+
+    async def wake_up(self, tags: list[str] | None) -> None:
+        await asyncio.gather(*(w.wake_up.remote(tags) for w in self.workers().values()))
 
 
 class _RoomSearch:

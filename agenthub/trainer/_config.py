@@ -200,9 +200,9 @@ class RayConfig(ConfigSection):
     """Rollout workers, each with its own inference engine."""
     worker_num_gpus: float = Field(0.0, ge=0)
     """GPUs reserved for each rollout worker's engine. When this and `learner_num_gpus` are
-    whole GPUs (1 or more), weights sync over NCCL; otherwise over gloo. An engine split over
-    GPUs (`rollout.tensor_parallel_size` above 1) holds exactly that many, and this is set
-    to it when not given."""
+    whole GPUs (1 or more), weights sync GPU to GPU over NCCL (over CUDA IPC with `colocate`);
+    otherwise over gloo. An engine split over GPUs (`rollout.tensor_parallel_size` above 1)
+    holds exactly that many, and this is set to it when not given."""
     learner_num_gpus: float = Field(0.0, ge=0)
     """GPUs reserved for each learner rank."""
     learner_ranks: int = Field(1, ge=1)
@@ -224,6 +224,14 @@ class RayConfig(ConfigSection):
     """CPU threads of the learner's torch ops."""
     worker_threads: int = Field(1, ge=1)
     """CPU threads of each rollout worker's engine (on CPU machines)."""
+    colocate: bool = False
+    """The learner and the rollout engine share one GPU (a "hybrid engine"): between rollout
+    phases the engine sleeps (vLLM's level 2: its weights and KV cache freed), the learner
+    steps, the engine wakes and takes the new weights over CUDA IPC. Needs one GPU on the node
+    (`CUDA_VISIBLE_DEVICES` makes one of several the only one); one learner rank and one
+    rollout worker, which take half of it each unless `learner_num_gpus` / `worker_num_gpus`
+    say otherwise (together at most 1). See docs/train.md, "Weights GPU to GPU, and the
+    colocated engine"."""
 
     @model_validator(mode="after")
     def _custom_resources(self) -> RayConfig:
@@ -254,6 +262,29 @@ class RayConfig(ConfigSection):
                 f"{self.learner_num_gpus:g}: the ranks of a learner on GPUs reduce over NCCL, "
                 "which needs a whole GPU per rank; set ray.learner_num_gpus=1 (or 0 for CPU)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_shared_gpu(self) -> RayConfig:
+        if not self.colocate:
+            return self
+        if self.learner_ranks != 1 or self.rollout_workers != 1:
+            raise ValueError(
+                f"ray.colocate shares one GPU between one learner rank and one rollout worker, "
+                f"but ray.learner_ranks={self.learner_ranks} and ray.rollout_workers="
+                f"{self.rollout_workers}: set both to 1, or ray.colocate=false to give the "
+                "learner and the engines GPUs of their own"
+            )
+        learner = self.learner_num_gpus or 0.5
+        worker = self.worker_num_gpus or 0.5
+        if learner + worker > 1:
+            raise ValueError(
+                f"ray.colocate puts the learner (ray.learner_num_gpus={learner:g}) and the "
+                f"engine (ray.worker_num_gpus={worker:g}) on one GPU, so the two must add up "
+                "to at most 1; leave them unset for half each"
+            )
+        object.__setattr__(self, "learner_num_gpus", learner)
+        object.__setattr__(self, "worker_num_gpus", worker)
         return self
 
 

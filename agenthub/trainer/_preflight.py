@@ -59,6 +59,7 @@ def check_engine_gpus(cfg: TrainConfig, node_gpus: Sequence[float] | None = None
     of each node of the Ray cluster the run joined (`ray_node_gpus`); None, before Ray starts,
     this machine's, unless the run will join a cluster (`ray.address`), whose nodes are known
     only once it has."""
+    _check_colocate(cfg, node_gpus)
     split = cfg.rollout.tensor_parallel_size
     if split == 1:
         return
@@ -82,6 +83,33 @@ def check_engine_gpus(cfg: TrainConfig, node_gpus: Sequence[float] | None = None
         raise AgentHubError(
             f"{asked}, and {where} has at most {most} on a node: set "
             f"rollout.tensor_parallel_size to at most {most}, or train where a node has {split}"
+        )
+
+
+def _check_colocate(cfg: TrainConfig, node_gpus: Sequence[float] | None) -> None:
+    """`ray.colocate` shares a GPU: said before start-up where there is none."""
+    if not cfg.ray.colocate:
+        return
+    where = "the Ray cluster"
+    if node_gpus is None:
+        if cfg.ray.address is not None:
+            return
+        node_gpus, where = [_local_gpus()], "this machine"
+    most = max(node_gpus, default=0.0)
+    if most < 1:
+        raise AgentHubError(
+            f"ray.colocate=true shares a CUDA GPU between the learner and the rollout engine "
+            f"(vLLM's sleep mode and CUDA IPC), and {where} has none: set ray.colocate=false "
+            "to train on CPU, or train on a machine with a GPU"
+        )
+    if most > 1:
+        # Ray places each of the two on any GPU of the node; CUDA IPC needs them on one.
+        raise AgentHubError(
+            f"ray.colocate=true puts the learner and the rollout engine on one GPU, and "
+            f"{where} has {most:g} on a node, where Ray may place the two on different ones: "
+            "make one visible (CUDA_VISIBLE_DEVICES=0 agenthub train ...), or set "
+            "ray.colocate=false and give each its own (ray.learner_num_gpus=1, "
+            "ray.worker_num_gpus=1)"
         )
 
 

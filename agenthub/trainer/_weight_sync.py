@@ -1,5 +1,6 @@
 """Weight sync from the learner to the rollout workers' engines through vLLM's weight-transfer
-API: NCCL where the learner and the engines are on GPUs, agenthub's gloo backend elsewhere.
+API: GPU to GPU where the learner and the engines are on GPUs (`nccl` between GPUs, `ipc` on
+a shared one: `_gpu_transfer`), agenthub's gloo backend elsewhere.
 
 The learner is the sender (rank 0 of the transfer group) and drives each round from its own
 process: `WorkersClient` is vLLM's `VLLMWeightSyncClient` over the rollout worker actors, which
@@ -12,25 +13,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from agenthub.agents._vllm_compat import (
-    ParamMeta,
-    WeightSource,
-    nccl_trainer_init_info,
-    trainer_weight_transfer,
-)
+from agenthub.agents._vllm_compat import ParamMeta, WeightSource, trainer_weight_transfer
 from agenthub.agents._weight_transfer import BACKEND as GLOO_BACKEND
+from agenthub.agents._weight_transfer import chunks
 from agenthub.trainer._config import RayConfig
+from agenthub.trainer._gpu_transfer import BUCKET_BYTES, IpcSender, NcclSender
 
 __all__ = ["EngineClient", "LearnerSource", "WorkersClient", "open_sender", "transfer_backend"]
 
 
 def transfer_backend(ray: RayConfig) -> str:
-    """NCCL when the learner and every engine hold whole GPUs of their own; gloo otherwise.
-    NCCL cannot join two processes on one GPU, which fractional shares may be; gloo carries
-    CPU copies, so a learner and engines on any devices still sync."""
+    """`ipc` when the engine shares the learner's GPU (`ray.colocate`); `nccl` when the
+    learner and every engine hold whole GPUs of their own; gloo otherwise. NCCL cannot join
+    two processes on one GPU, which fractional shares may be; gloo carries CPU copies, so a
+    learner and engines on any devices still sync."""
+    if ray.colocate:
+        return "ipc"
     return "nccl" if ray.learner_num_gpus >= 1 and ray.worker_num_gpus >= 1 else GLOO_BACKEND
 
 
@@ -57,7 +58,7 @@ class WorkersClient:
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
         self._all(
-            w.init_weight_transfer.remote({**init_info, "rank_offset": offset})
+            w.init_weight_transfer.remote(_placed(init_info, offset))
             for w, offset in zip(self.workers, self.offsets, strict=True)
         )
 
@@ -92,6 +93,12 @@ class WorkersClient:
         ray.get(list(refs))
 
 
+def _placed(init_info: dict[str, Any], offset: int) -> dict[str, Any]:
+    """A group backend's init info with an engine's first rank in the group; a backend
+    without a group (`ipc`: no `world_size`) takes none."""
+    return {**init_info, "rank_offset": offset} if "world_size" in init_info else init_info
+
+
 class EngineClient:
     """vLLM's trainer-side control plane over a `VLLMEngine` in this process: a trainer that
     drives its rounds from a thread (they block), while the engine runs on `loop`."""
@@ -105,7 +112,7 @@ class EngineClient:
         asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None:
-        self._wait(self.engine.init_weight_transfer({**init_info, "rank_offset": 1}))
+        self._wait(self.engine.init_weight_transfer(_placed(init_info, 1)))
 
     def start_weight_update(self) -> None:
         self._wait(self.engine.start_weight_update(self.version))
@@ -120,12 +127,25 @@ class EngineClient:
 class LearnerSource(WeightSource):
     """The policy's parameters under their checkpoint names (what vLLM's `load_weights`
     takes). A tied output layer is sent under its own name too: vLLM's CPU kernels keep a
-    repacked copy of `lm_head`, which stays old unless it is loaded. Under ZeRO-3 the whole
-    policy is gathered for the length of one iteration."""
+    repacked copy of `lm_head`, which stays old unless it is loaded.
 
-    def __init__(self, module: Any, zero3: bool) -> None:
+    `buckets()` hands them over in runs of at most `bucket_bytes` (a larger parameter alone);
+    under ZeRO-3 each run is gathered from every rank while it is handed over and released
+    before the next, so at most one bucket of the model is whole at a time. Every rank
+    iterates the same runs, in step (the gathers are collectives). `gather` is DeepSpeed's
+    `GatheredParameters` unless given."""
+
+    def __init__(
+        self,
+        module: Any,
+        zero3: bool,
+        bucket_bytes: int = BUCKET_BYTES,
+        gather: Callable[[list[Any]], contextlib.AbstractContextManager[Any]] | None = None,
+    ) -> None:
         self.module = module
         self.zero3 = zero3
+        self.bucket_bytes = bucket_bytes
+        self.gather = gather
 
     def _named(self) -> Iterator[tuple[str, Any]]:
         return self.module.named_parameters(remove_duplicate=False)  # type: ignore[no-any-return]
@@ -136,42 +156,53 @@ class LearnerSource(WeightSource):
             for name, p in self._named()
         ]
 
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
-        gathered: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-        if self.zero3:
-            from deepspeed.runtime.zero import GatheredParameters
+    def _gathered(self, params: list[Any]) -> contextlib.AbstractContextManager[Any]:
+        if not self.zero3:
+            return contextlib.nullcontext()
+        if self.gather is not None:
+            return self.gather(params)
+        from deepspeed.runtime.zero import GatheredParameters
 
-            gathered = GatheredParameters(list(self.module.parameters()))
-        with gathered:
-            for name, p in self._named():
-                yield name, p.detach()
+        return GatheredParameters(params)  # type: ignore[no-any-return]
+
+    def buckets(self) -> Iterator[list[tuple[str, Any]]]:
+        named = list(self._named())
+        start = 0
+        for run in chunks(self.metadata(), self.bucket_bytes):
+            members = named[start : start + len(run)]
+            start += len(run)
+            unique = list({id(p): p for _, p in members}.values())  # a tied weight once
+            with self._gathered(unique):
+                yield [(name, p.detach()) for name, p in members]
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for bucket in self.buckets():
+            yield from bucket
 
 
 def open_sender(
     module: Any, zero3: bool, backend: str, workers: Sequence[Any], ranks: Sequence[int]
 ) -> tuple[Any, WorkersClient]:
-    """Open the transfer group with every worker's engine and return vLLM's trainer-side
+    """Open the transfer group with every worker's engine and return the trainer-side
     engine (`send_weights()` runs one round) with its client."""
     import ray
 
     from agenthub.agents._weight_transfer import GlooTrainerInitInfo, register
 
     client = WorkersClient(workers, ranks)
+    source = LearnerSource(module, zero3)
+    if backend == "ipc":
+        return IpcSender.open(client, source), client
     rendezvous = {
         "master_address": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
         "master_port": _free_port(),
         "world_size": WorkersClient.world_size(ranks),
-        "rank": 0,
     }
-    init_info: Any
-    if backend == GLOO_BACKEND:
-        register()
-        init_info = GlooTrainerInitInfo(**rendezvous)
-    else:
-        init_info = nccl_trainer_init_info(**rendezvous)
-    source = LearnerSource(module, zero3)
-    sender = trainer_weight_transfer(init_info, client=client, source=source)
-    return sender, client
+    if backend == "nccl":
+        return NcclSender.open(client, source, rendezvous), client
+    register()
+    init_info = GlooTrainerInitInfo(**rendezvous, rank=0)
+    return trainer_weight_transfer(init_info, client=client, source=source), client
 
 
 def _free_port() -> int:

@@ -79,6 +79,14 @@ def task_stream(env: Env[Any], split: str, seed: int, rank: int, workers: int) -
             )
 
 
+def _colocated_options(cfg: Any) -> dict[str, Any]:
+    """vLLM's options for an engine that shares its GPU with the learner (`ray.colocate`):
+    it can sleep, and takes its share of the GPU's memory, not vLLM's default 90%."""
+    if not cfg.ray.colocate:
+        return {}
+    return {"enable_sleep_mode": True, "gpu_memory_utilization": 0.9 * cfg.ray.worker_num_gpus}
+
+
 @dataclass(frozen=True)
 class WorkerStats:
     """Where a rollout worker stands: training tasks drawn, tokens generated, and the policy
@@ -218,6 +226,7 @@ class RolloutWorker:
             max_num_seqs=max(cfg.rollout.concurrency, cfg.eval.tasks * cfg.eval.samples_per_task),
             output=os.environ.get(LIBRARY_LOG_ENV) or None,
             weight_update=cfg.rollout.weight_update,
+            **_colocated_options(cfg),
         )
         self.keeper = make(cfg.env, **cfg.env_kwargs)
         self.rollout = rollout_config(
@@ -269,6 +278,13 @@ class RolloutWorker:
 
     async def finish_weight_update(self) -> None:
         await self.engine.finish_weight_update()
+
+    async def sleep(self, level: int) -> None:
+        """`ray.colocate`: free the GPU for the learner's turn (`GpuTurns`)."""
+        await self.engine.sleep(level)
+
+    async def wake_up(self, tags: list[str] | None) -> None:
+        await self.engine.wake_up(tags)
 
     async def evaluate(
         self, tasks: int, split: str, temperature: float, samples: int

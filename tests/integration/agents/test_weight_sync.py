@@ -115,7 +115,8 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Pa
             info = GlooTrainerInitInfo(
                 master_address="127.0.0.1", master_port=_free_port(), world_size=2, rank=0
             )
-            source = LearnerSource(learner.policy, zero3=True)
+            # Buckets of a few parameters: each gathered from the ZeRO-3 shards in turn.
+            source = LearnerSource(learner.policy, zero3=True, bucket_bytes=40_000)
             sender = await asyncio.to_thread(
                 trainer_weight_transfer, info, client=client, source=source
             )

@@ -133,3 +133,27 @@ def test_a_drain_cancelled_part_way_leaves_no_round_behind() -> None:
         stuck.cancel()
 
     asyncio.run(run())
+
+
+def test_a_round_inside_another_neither_pauses_nor_resumes_and_requests_wait_for_the_outer() -> (
+    None
+):
+    """A colocated engine's sleep holds its requests across the weight sync inside it."""
+    llm, log = FakeLLM(), []
+
+    async def run() -> None:
+        gate = UpdateGate(llm, "keep")
+        await gate.begin()  # the engine goes to sleep
+        await gate.begin()  # the weight sync's round
+        waiting = asyncio.create_task(_request(gate, asyncio.Event(), log, "held"))
+        await asyncio.sleep(0.01)
+        await gate.end()  # the sync's round ends: still asleep
+        await asyncio.sleep(0.01)
+        assert log == [] and llm.calls == [("pause", "keep")]
+        await gate.end()  # awake
+        await asyncio.sleep(0.01)
+        assert log == ["held started"]
+        waiting.cancel()
+
+    asyncio.run(run())
+    assert llm.calls == [("pause", "keep"), ("reset", True), ("resume", None)]
