@@ -13,6 +13,11 @@ Printed: the server's memory per open session (its resident memory, children inc
 with N sessions open less that before, over N), then, last, the served/in-process ratio of
 episodes/s (target >= 0.8 at 64 sessions).
 
+The clients share the machine with the server, so each is kept lean: websockets' own
+protocol (`ClientProtocol`, sans-I/O) driven straight from an asyncio protocol, one future
+per request, so the figure is the server's cost and not a client's. The CPU seconds each
+side spent are printed too (the server's, its verifier workers', the clients').
+
     python benchmarks/serve_overhead.py [--clients 64] [--episodes 2048] [--rounds 5]
 """
 
@@ -32,7 +37,10 @@ from typing import Any
 
 import httpx
 import psutil
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
+from websockets.uri import parse_uri
 
 import agenthub
 from agenthub.envs.math._check import quiet_math_verify
@@ -78,12 +86,66 @@ async def in_process(replies: list[str], clients: int) -> tuple[float, float]:
     return len(replies) / took, sum(rewards)
 
 
-async def _ask(ws: ClientConnection, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-    await ws.send(json.dumps({"type": kind, "data": data}))
-    answer: dict[str, Any] = json.loads(await ws.recv())
-    if answer["type"] == "error":
-        raise RuntimeError(f"the server answered {answer['data']}")
-    return answer["data"]  # type: ignore[no-any-return]
+class LeanClient(asyncio.Protocol):
+    """One OpenEnv WebSocket session: websockets' sans-I/O protocol on an asyncio
+    transport, a request at a time."""
+
+    def __init__(self, url: str) -> None:
+        self._protocol = ClientProtocol(parse_uri(url))
+        self._transport: asyncio.Transport | None = None
+        loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self._answer: asyncio.Future[bytes] | None = None
+
+    @classmethod
+    async def connect(cls, url: str) -> LeanClient:
+        host, port = url.removeprefix("ws://").split("/")[0].split(":")
+        loop = asyncio.get_running_loop()
+        _, client = await loop.create_connection(lambda: cls(url), host, int(port))
+        await client.opened
+        return client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._protocol.send_request(self._protocol.connect())
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        self._protocol.receive_data(data)
+        for event in self._protocol.events_received():
+            if isinstance(event, Response):
+                if event.status_code != 101:
+                    self.opened.set_exception(RuntimeError(f"handshake: {event.status_code}"))
+                else:
+                    self.opened.set_result(None)
+            elif isinstance(event, Frame) and event.opcode is Opcode.TEXT and self._answer:
+                self._answer.set_result(bytes(event.data))
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(ConnectionError("the server closed the connection"))
+
+    def _flush(self) -> None:
+        assert self._transport is not None
+        for chunk in self._protocol.data_to_send():
+            if chunk:
+                self._transport.write(chunk)
+
+    async def ask(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        self._answer = asyncio.get_running_loop().create_future()
+        self._protocol.send_text(json.dumps({"type": kind, "data": data}).encode())
+        self._flush()
+        answer: dict[str, Any] = json.loads(await self._answer)
+        if answer["type"] == "error":
+            raise RuntimeError(f"the server answered {answer['data']}")
+        return answer["data"]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._protocol.send_close()
+        self._flush()
+        assert self._transport is not None
+        self._transport.close()
 
 
 async def served(
@@ -91,18 +153,17 @@ async def served(
 ) -> tuple[float, float, float]:
     """Episodes/s, the total reward and the server's bytes per open session."""
     idle = _rss(server)
-    sockets = [
-        await connect(url.replace("http", "ws", 1) + "/ws", max_size=None) for _ in range(clients)
-    ]
+    ws_url = url.replace("http", "ws", 1) + "/ws"
+    sockets = [await LeanClient.connect(ws_url) for _ in range(clients)]
     for ws in sockets:
-        await _ask(ws, "reset", {"task_index": 0})
-    await _ask(sockets[0], "step", {"message": "warm-up"})  # the server's verifier pool starts
+        await ws.ask("reset", {"task_index": 0})
+    await sockets[0].ask("step", {"message": "warm-up"})  # the server's verifier pool starts
 
-    async def play(ws: ClientConnection, mine: list[int]) -> float:
+    async def play(ws: LeanClient, mine: list[int]) -> float:
         total = 0.0
         for i in mine:
-            await _ask(ws, "reset", {"task_index": i, "seed": i})
-            total += (await _ask(ws, "step", {"message": replies[i]}))["reward"]
+            await ws.ask("reset", {"task_index": i, "seed": i})
+            total += (await ws.ask("step", {"message": replies[i]}))["reward"]
         return total
 
     started = time.perf_counter()
@@ -111,7 +172,7 @@ async def served(
     took = time.perf_counter() - started
     per_session = (_rss(server) - idle) / clients
     for ws in sockets:
-        await ws.close()
+        ws.close()
     return len(replies) / took, sum(rewards), per_session
 
 
