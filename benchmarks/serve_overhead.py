@@ -15,8 +15,7 @@ episodes/s (target >= 0.8 at 64 sessions).
 
 The clients share the machine with the server, so each is kept lean: websockets' own
 protocol (`ClientProtocol`, sans-I/O) driven straight from an asyncio protocol, one future
-per request, so the figure is the server's cost and not a client's. The CPU seconds each
-side spent are printed too (the server's, its verifier workers', the clients').
+per request, so the figure is the server's cost more than a client's.
 
     python benchmarks/serve_overhead.py [--clients 64] [--episodes 2048] [--rounds 5]
 """
