@@ -15,7 +15,9 @@ episodes/s (target >= 0.8 at 64 sessions).
 
 The clients share the machine with the server, so each is kept lean: websockets' own
 protocol (`ClientProtocol`, sans-I/O) driven straight from an asyncio protocol, one future
-per request, so the figure is the server's cost more than a client's.
+per request, so the figure is the server's cost more than a client's. Each round also
+says where the CPU went, in microseconds per episode: in-process, this process (the envs)
+and its verifier workers; served, the server, its verifier workers and the clients.
 
     python benchmarks/serve_overhead.py [--clients 64] [--episodes 2048] [--rounds 5]
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -60,8 +63,8 @@ def shares(episodes: int, clients: int) -> list[list[int]]:
     return [list(range(c, episodes, clients)) for c in range(clients)]
 
 
-async def in_process(replies: list[str], clients: int) -> tuple[float, float]:
-    """Episodes/s and the total reward, N envs in this process."""
+async def in_process(replies: list[str], clients: int) -> tuple[float, float, str]:
+    """Episodes/s, the total reward and where the CPU went, N envs in this process."""
     envs = [agenthub.make("math", num_tasks=len(replies)) for _ in range(clients)]
     tasks = list(envs[0].tasks("train"))
     for env in envs:
@@ -75,14 +78,17 @@ async def in_process(replies: list[str], clients: int) -> tuple[float, float]:
             total += (await env.step(replies[i])).reward
         return total
 
+    me = psutil.Process()
+    before = _cpu(me)
     started = time.perf_counter()
     rewards = await asyncio.gather(
         *(play(e, s) for e, s in zip(envs, shares(len(replies), clients), strict=True))
     )
     took = time.perf_counter() - started
+    spent = _per_episode(before, _cpu(me), len(replies))
     for env in envs:
         await env.aclose()
-    return len(replies) / took, sum(rewards)
+    return len(replies) / took, sum(rewards), f"envs {spent[0]:.0f} + verifiers {spent[1]:.0f}"
 
 
 class LeanClient(asyncio.Protocol):
@@ -149,8 +155,9 @@ class LeanClient(asyncio.Protocol):
 
 async def served(
     url: str, replies: list[str], clients: int, server: psutil.Process
-) -> tuple[float, float, float]:
-    """Episodes/s, the total reward and the server's bytes per open session."""
+) -> tuple[float, float, float, str]:
+    """Episodes/s, the total reward, the server's bytes per open session and where the CPU
+    went."""
     idle = _rss(server)
     ws_url = url.replace("http", "ws", 1) + "/ws"
     sockets = [await LeanClient.connect(ws_url) for _ in range(clients)]
@@ -165,14 +172,38 @@ async def served(
             total += (await ws.ask("step", {"message": replies[i]}))["reward"]
         return total
 
+    me = psutil.Process()
+    before, clients_before = _cpu(server), _cpu(me)
     started = time.perf_counter()
     plays = (play(ws, s) for ws, s in zip(sockets, shares(len(replies), clients), strict=True))
     rewards = await asyncio.gather(*plays)
     took = time.perf_counter() - started
+    spent = _per_episode(before, _cpu(server), len(replies))
+    spent_clients = _per_episode(clients_before, _cpu(me), len(replies))
     per_session = (_rss(server) - idle) / clients
     for ws in sockets:
         ws.close()
-    return len(replies) / took, sum(rewards), per_session
+    cpu = f"server {spent[0]:.0f} + verifiers {spent[1]:.0f} + clients {spent_clients[0]:.0f}"
+    return len(replies) / took, sum(rewards), per_session, cpu
+
+
+def _cpu(process: psutil.Process) -> tuple[float, float]:
+    """CPU seconds of `process` itself and of its live children (the verifier workers)."""
+    own = sum(process.cpu_times()[:2])
+    children = 0.0
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone since listed
+            children += sum(child.cpu_times()[:2])
+    return own, children
+
+
+def _per_episode(
+    before: tuple[float, float], after: tuple[float, float], episodes: int
+) -> tuple[float, float]:
+    """CPU microseconds per episode, of the process and of its children."""
+    return tuple(  # type: ignore[return-value]
+        (b - a) * 1e6 / episodes for a, b in zip(before, after, strict=True)
+    )
 
 
 def _rss(process: psutil.Process) -> int:
@@ -211,12 +242,14 @@ async def run(args: argparse.Namespace) -> None:
         replies = answers(args.episodes)
         ratios, per_session = [], 0.0
         for round_ in range(args.rounds):
-            local, local_reward = await in_process(replies, args.clients)
-            remote, remote_reward, per_session = await served(url, replies, args.clients, server)
+            local, local_reward, local_cpu = await in_process(replies, args.clients)
+            served_run = await served(url, replies, args.clients, server)
+            remote, remote_reward, per_session, served_cpu = served_run
             assert local_reward == remote_reward, (local_reward, remote_reward)
             print(
                 f"round {round_}: in-process {local:.0f} episodes/s, served {remote:.0f} "
-                f"episodes/s (reward {remote_reward:.0f} of {args.episodes} on both)"
+                f"episodes/s (reward {remote_reward:.0f} of {args.episodes} on both); CPU us "
+                f"per episode: in-process {local_cpu}; served {served_cpu}"
             )
             ratios.append(remote / local)
     finally:
