@@ -13,6 +13,12 @@ Printed: the server's memory per open session (its resident memory, children inc
 with N sessions open less that before, over N), then, last, the served/in-process ratio of
 episodes/s (target >= 0.8 at 64 sessions).
 
+The clients share the machine with the server, so each is kept lean: websockets' own
+protocol (`ClientProtocol`, sans-I/O) driven straight from an asyncio protocol, one future
+per request, so the figure is the server's cost more than a client's. Each round also
+says where the CPU went, in microseconds per episode: in-process, this process (the envs)
+and its verifier workers; served, the server, its verifier workers and the clients.
+
     python benchmarks/serve_overhead.py [--clients 64] [--episodes 2048] [--rounds 5]
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -32,7 +39,10 @@ from typing import Any
 
 import httpx
 import psutil
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Response
+from websockets.uri import parse_uri
 
 import agenthub
 from agenthub.envs.math._check import quiet_math_verify
@@ -53,8 +63,8 @@ def shares(episodes: int, clients: int) -> list[list[int]]:
     return [list(range(c, episodes, clients)) for c in range(clients)]
 
 
-async def in_process(replies: list[str], clients: int) -> tuple[float, float]:
-    """Episodes/s and the total reward, N envs in this process."""
+async def in_process(replies: list[str], clients: int) -> tuple[float, float, str]:
+    """Episodes/s, the total reward and where the CPU went, N envs in this process."""
     envs = [agenthub.make("math", num_tasks=len(replies)) for _ in range(clients)]
     tasks = list(envs[0].tasks("train"))
     for env in envs:
@@ -68,51 +78,132 @@ async def in_process(replies: list[str], clients: int) -> tuple[float, float]:
             total += (await env.step(replies[i])).reward
         return total
 
+    me = psutil.Process()
+    before = _cpu(me)
     started = time.perf_counter()
     rewards = await asyncio.gather(
         *(play(e, s) for e, s in zip(envs, shares(len(replies), clients), strict=True))
     )
     took = time.perf_counter() - started
+    spent = _per_episode(before, _cpu(me), len(replies))
     for env in envs:
         await env.aclose()
-    return len(replies) / took, sum(rewards)
+    return len(replies) / took, sum(rewards), f"envs {spent[0]:.0f} + verifiers {spent[1]:.0f}"
 
 
-async def _ask(ws: ClientConnection, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-    await ws.send(json.dumps({"type": kind, "data": data}))
-    answer: dict[str, Any] = json.loads(await ws.recv())
-    if answer["type"] == "error":
-        raise RuntimeError(f"the server answered {answer['data']}")
-    return answer["data"]  # type: ignore[no-any-return]
+class LeanClient(asyncio.Protocol):
+    """One OpenEnv WebSocket session: websockets' sans-I/O protocol on an asyncio
+    transport, a request at a time."""
+
+    def __init__(self, url: str) -> None:
+        self._protocol = ClientProtocol(parse_uri(url))
+        self._transport: asyncio.Transport | None = None
+        loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self._answer: asyncio.Future[bytes] | None = None
+
+    @classmethod
+    async def connect(cls, url: str) -> LeanClient:
+        host, port = url.removeprefix("ws://").split("/")[0].split(":")
+        loop = asyncio.get_running_loop()
+        _, client = await loop.create_connection(lambda: cls(url), host, int(port))
+        await client.opened
+        return client
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._protocol.send_request(self._protocol.connect())
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        self._protocol.receive_data(data)
+        for event in self._protocol.events_received():
+            if isinstance(event, Response):
+                if event.status_code != 101:
+                    self.opened.set_exception(RuntimeError(f"handshake: {event.status_code}"))
+                else:
+                    self.opened.set_result(None)
+            elif isinstance(event, Frame) and event.opcode is Opcode.TEXT and self._answer:
+                self._answer.set_result(bytes(event.data))
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(ConnectionError("the server closed the connection"))
+
+    def _flush(self) -> None:
+        assert self._transport is not None
+        for chunk in self._protocol.data_to_send():
+            if chunk:
+                self._transport.write(chunk)
+
+    async def ask(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        self._answer = asyncio.get_running_loop().create_future()
+        self._protocol.send_text(json.dumps({"type": kind, "data": data}).encode())
+        self._flush()
+        answer: dict[str, Any] = json.loads(await self._answer)
+        if answer["type"] == "error":
+            raise RuntimeError(f"the server answered {answer['data']}")
+        return answer["data"]  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._protocol.send_close()
+        self._flush()
+        assert self._transport is not None
+        self._transport.close()
 
 
 async def served(
     url: str, replies: list[str], clients: int, server: psutil.Process
-) -> tuple[float, float, float]:
-    """Episodes/s, the total reward and the server's bytes per open session."""
+) -> tuple[float, float, float, str]:
+    """Episodes/s, the total reward, the server's bytes per open session and where the CPU
+    went."""
     idle = _rss(server)
-    sockets = [
-        await connect(url.replace("http", "ws", 1) + "/ws", max_size=None) for _ in range(clients)
-    ]
+    ws_url = url.replace("http", "ws", 1) + "/ws"
+    sockets = [await LeanClient.connect(ws_url) for _ in range(clients)]
     for ws in sockets:
-        await _ask(ws, "reset", {"task_index": 0})
-    await _ask(sockets[0], "step", {"message": "warm-up"})  # the server's verifier pool starts
+        await ws.ask("reset", {"task_index": 0})
+    await sockets[0].ask("step", {"message": "warm-up"})  # the server's verifier pool starts
 
-    async def play(ws: ClientConnection, mine: list[int]) -> float:
+    async def play(ws: LeanClient, mine: list[int]) -> float:
         total = 0.0
         for i in mine:
-            await _ask(ws, "reset", {"task_index": i, "seed": i})
-            total += (await _ask(ws, "step", {"message": replies[i]}))["reward"]
+            await ws.ask("reset", {"task_index": i, "seed": i})
+            total += (await ws.ask("step", {"message": replies[i]}))["reward"]
         return total
 
+    me = psutil.Process()
+    before, clients_before = _cpu(server), _cpu(me)
     started = time.perf_counter()
     plays = (play(ws, s) for ws, s in zip(sockets, shares(len(replies), clients), strict=True))
     rewards = await asyncio.gather(*plays)
     took = time.perf_counter() - started
+    spent = _per_episode(before, _cpu(server), len(replies))
+    spent_clients = _per_episode(clients_before, _cpu(me), len(replies))
     per_session = (_rss(server) - idle) / clients
     for ws in sockets:
-        await ws.close()
-    return len(replies) / took, sum(rewards), per_session
+        ws.close()
+    cpu = f"server {spent[0]:.0f} + verifiers {spent[1]:.0f} + clients {spent_clients[0]:.0f}"
+    return len(replies) / took, sum(rewards), per_session, cpu
+
+
+def _cpu(process: psutil.Process) -> tuple[float, float]:
+    """CPU seconds of `process` itself and of its live children (the verifier workers)."""
+    own = sum(process.cpu_times()[:2])
+    children = 0.0
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone since listed
+            children += sum(child.cpu_times()[:2])
+    return own, children
+
+
+def _per_episode(
+    before: tuple[float, float], after: tuple[float, float], episodes: int
+) -> tuple[float, float]:
+    """CPU microseconds per episode, of the process and of its children."""
+    return tuple(  # type: ignore[return-value]
+        (b - a) * 1e6 / episodes for a, b in zip(before, after, strict=True)
+    )
 
 
 def _rss(process: psutil.Process) -> int:
@@ -151,12 +242,14 @@ async def run(args: argparse.Namespace) -> None:
         replies = answers(args.episodes)
         ratios, per_session = [], 0.0
         for round_ in range(args.rounds):
-            local, local_reward = await in_process(replies, args.clients)
-            remote, remote_reward, per_session = await served(url, replies, args.clients, server)
+            local, local_reward, local_cpu = await in_process(replies, args.clients)
+            served_run = await served(url, replies, args.clients, server)
+            remote, remote_reward, per_session, served_cpu = served_run
             assert local_reward == remote_reward, (local_reward, remote_reward)
             print(
                 f"round {round_}: in-process {local:.0f} episodes/s, served {remote:.0f} "
-                f"episodes/s (reward {remote_reward:.0f} of {args.episodes} on both)"
+                f"episodes/s (reward {remote_reward:.0f} of {args.episodes} on both); CPU us "
+                f"per episode: in-process {local_cpu}; served {served_cpu}"
             )
             ratios.append(remote / local)
     finally:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import sys
 from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
+from agenthub._listen import is_loopback, listen, run_app
 from agenthub._pairs import parse_kwargs
 from agenthub.cli._envs import add_env_arguments
 
@@ -52,7 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def serve_command(args: argparse.Namespace) -> int:
     from agenthub.cli._envs import find_local_envs
-    from agenthub.cli._serve_rm import listen
 
     config = _config(args)
     find_local_envs(config.env_id)
@@ -60,13 +59,9 @@ def serve_command(args: argparse.Namespace) -> int:
 
     check_buildable(config)  # a wrong id or argument: one line now, not per session
     listener = listen(args.host, args.port)
-    import uvicorn
-
     print(_banner(args, config.token is not None), file=sys.stderr, flush=True)
     # Frames are small JSON: compressing each costs more CPU than it saves on the wire.
-    app = build_app(config)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws_per_message_deflate=False))
-    server.run(sockets=[listener])
+    run_app(build_app(config), listener, ws_per_message_deflate=False)
     return 0
 
 
@@ -100,19 +95,10 @@ def _banner(args: argparse.Namespace, has_token: bool) -> str:
         f"POST /reset, /step; GET /state, /schema, /metadata, /health); up to "
         f"{args.max_sessions} sessions; Ctrl-C stops"
     ]
-    if not _loopback(args.host):
+    if not is_loopback(args.host):
         lines.append(
             f"agenthub serve: WARNING: listening on {args.host}: anyone who can reach this port "
             "can run the env (code_exec runs their code in its sandbox)"
             + ("" if has_token else "; give --token to require a token")
         )
     return "\n".join(lines)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import errno
-import os
-import socket
 import sys
 from pathlib import Path
 
 from agenthub._errors import AgentHubError
+from agenthub._listen import listen, run_app
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def serve_rm_command(args: argparse.Namespace) -> int:
     check_arguments(args)
     listener = listen(args.host, args.port)
-    import uvicorn
-
     from agenthub.envs.judge._rm_model import load_model_scorer
     from agenthub.envs.judge._rm_server import Scorer, build_app
     from agenthub.envs.reward_func import load_reward_func
@@ -67,31 +63,8 @@ def serve_rm_command(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.run(sockets=[listener])
+    run_app(app, listener)
     return 0
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """Take the address before the model loads, so a port in use is one line at once."""
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except OSError as exc:
-        raise AgentHubError(
-            f"--host {host}: {exc.strerror or exc}; give an address of this machine "
-            "(127.0.0.1, or 0.0.0.0 for every interface)"
-        ) from exc
-    try:
-        return socket.create_server((host, port), family=family, backlog=2048)
-    except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        if exc.errno == errno.EADDRINUSE:
-            advice = "pick another --port, or stop what listens there"
-        elif exc.errno == errno.EACCES:
-            advice = "ports below 1024 need root: pick a --port above 1023"
-        else:
-            advice = "give an address of this machine (127.0.0.1, or 0.0.0.0 for every interface)"
-        raise AgentHubError(f"cannot listen on {host}:{port}: {reason}; {advice}") from exc
 
 
 def check_arguments(args: argparse.Namespace) -> None:

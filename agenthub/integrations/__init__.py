@@ -8,7 +8,7 @@
 - `agenthub.integrations.verifiers`: `load_environment(env_id, **kwargs)`, a verifiers
   environment playing an env, for `vf-eval` and prime-rl.
 - `agenthub.integrations.trl`: `train_dataset` and `EnvReward`, an env's tasks and rewards
-  for TRL's `GRPOTrainer`.
+  for TRL's `GRPOTrainer`; `EnvRollout`, its `rollout_func` for multi-turn envs.
 
 Each integration imports its foreign package, if it needs one, only when used.
 """

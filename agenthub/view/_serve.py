@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 import webbrowser
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agenthub._errors import AgentHubError
+from agenthub._listen import is_loopback, listen, run_app
 from agenthub.view._app import create_app
 
 __all__ = ["check_run_paths", "exposure_warning", "serve"]
@@ -27,15 +26,6 @@ def check_run_paths(paths: Sequence[str]) -> list[Path]:
             )
         found.append(path)
     return found
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def exposure_warning(host: str, port: int) -> str | None:
@@ -59,23 +49,11 @@ def serve(
     say: Callable[[str], None] | None = None,
 ) -> None:
     """Serve the view until interrupted; port 0 takes a free one."""
-    import uvicorn
-
     say = say or _say
 
     hosts = ["*"] if not is_loopback(host) else ["127.0.0.1", "localhost", "[::1]", host]
     app = create_app(paths, tokenizer=tokenizer, allowed_hosts=hosts)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise AgentHubError(
-            f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port, or leave it "
-            "out for a free one"
-        ) from None
+    sock = listen(host, port, free_port_hint=True)
     bound = sock.getsockname()[1]
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{shown}:{bound}/"
@@ -84,8 +62,7 @@ def serve(
     say(f"agenthub view: {len(paths)} run(s) at {url} (Ctrl-C stops it)")
     if open_browser:
         _open(url)
-    config = uvicorn.Config(app, log_level="warning", access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    run_app(app, sock)
 
 
 def _say(text: str) -> None:

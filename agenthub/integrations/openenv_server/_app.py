@@ -155,39 +155,40 @@ class _Routes:
             await websocket.close(TRY_AGAIN_LATER, "the server is full")
             return
         try:
-            await self._play(websocket, session)
-        finally:
-            await self.pool.close(session)
-
-    async def _play(self, websocket: WebSocket, session: EnvSession) -> None:
-        timeout = self.config.session_timeout_s
-        while True:
-            with anyio.move_on_after(timeout) as idle:
-                frame = await websocket.receive()
-            if idle.cancelled_caught:
+            with session.watch:
+                await _play(websocket, session)
+            if session.watch.cancel_called:  # the pool found it idle
+                timeout = self.config.session_timeout_s
                 message = f"no message for {timeout:g} s: the session is closed"
                 error = ServeError(408, "SESSION_ERROR", message)
                 await _send(websocket, {"type": "error", "data": error.data()})
                 await _close(websocket, GOING_AWAY)
-                return
-            if frame["type"] == "websocket.disconnect":
-                return
-            try:
-                reply = await _answer(session, frame.get("text"))
-            except ServeError as exc:
-                reply = {"type": "error", "data": exc.data()}
-            if reply is None:
-                await _close(websocket, 1000)
-                return
-            if not await _send(websocket, reply):
-                return
+        finally:
+            await self.pool.close(session)
+
+
+async def _play(websocket: WebSocket, session: EnvSession) -> None:
+    while True:
+        frame = await websocket.receive()
+        if frame["type"] == "websocket.disconnect":
+            return
+        session.touch()
+        try:
+            reply = await _answer(session, frame.get("text"))
+        except ServeError as exc:
+            reply = {"type": "error", "data": exc.data()}
+        if reply is None:
+            await _close(websocket, 1000)
+            return
+        if not await _send(websocket, reply):
+            return
 
 
 async def _answer(session: EnvSession, text: str | None) -> dict[str, Any] | None:
     """The reply to one frame; None for `close`."""
     if text is None:
         raise ServeError(400, "INVALID_JSON", "binary frame: send each message as JSON text")
-    message = _object(text.encode(), what="the message")
+    message = _object(text, what="the message")
     kind, data = message.get("type"), message.get("data", {})
     if kind == "reset":
         return {
@@ -209,21 +210,22 @@ async def _answer(session: EnvSession, text: str | None) -> dict[str, Any] | Non
 
 
 async def _call(session: EnvSession, what: str, argument: Any) -> dict[str, Any]:
-    if session.lock.locked():
+    if session.busy:
         raise ServeError(
             409, "SESSION_ERROR", f"{what} while this session's last request is still running"
         )
-    async with session.lock:
+    session.busy = True
+    session.touch()
+    try:
+        if what == "reset":
+            return await session.reset(argument)
+        return await session.step(argument)
+    finally:
+        session.busy = False
         session.touch()
-        try:
-            if what == "reset":
-                return await session.reset(argument)
-            return await session.step(argument)
-        finally:
-            session.touch()
 
 
-def _object(raw: bytes, *, empty_ok: bool = False, what: str = "the body") -> dict[str, Any]:
+def _object(raw: bytes | str, *, empty_ok: bool = False, what: str = "the body") -> dict[str, Any]:
     if empty_ok and not raw.strip():
         return {}
     try:

@@ -48,19 +48,28 @@ class ServeConfig(BaseModel):
 
 
 class EnvSession:
-    """One client's session: its env (built on the first reset) and its episode."""
+    """One client's session: its env (built on the first reset) and its episode.
+
+    `busy` is true while a reset or step runs: a session answers one request at a time (a
+    plain flag, not a lock: a second request is refused, never queued). `watch` is the scope
+    a WebSocket session runs in; the pool cancels it when the session idles past its
+    timeout."""
 
     def __init__(self, config: ServeConfig, tasks: TaskRound, kind: str) -> None:
         self.id = uuid.uuid4().hex
         self.kind = kind
         self.last_active = time.monotonic()
-        self.lock = anyio.Lock()
+        self.busy = False
+        self.watch = anyio.CancelScope()
         self._config = config
         self._tasks = tasks
         self._env: Env[Any] | None = None
-        self._state = ServedState(env_id=config.env_id)
         self._in_episode = False
         self._episodes = 0
+        self._episode_id: str | None = None
+        self._task_id: str | None = None
+        self._step_count = 0
+        self._done = False
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
@@ -78,13 +87,10 @@ class EnvSession:
         first, _info = await self._bounded("reset", lambda: env.reset(task, seed=params.seed))
         self._in_episode = True
         self._episodes += 1
-        self._state = ServedState.model_construct(
-            episode_id=params.episode_id or f"{self.id}-{self._episodes}",
-            step_count=0,
-            env_id=self._config.env_id,
-            task_id=task.id,
-            done=False,
-        )
+        self._episode_id = params.episode_id or f"{self.id}-{self._episodes}"
+        self._task_id = task.id
+        self._step_count = 0
+        self._done = False
         observation = reset_observation(task, first, env.system_prompt, env.tools, env.stop)
         return wire_result(observation, None, False)
 
@@ -98,15 +104,19 @@ class EnvSession:
                 "last one ended); send a reset first",
             )
         step = await self._bounded("step", lambda: env.step(action.message))
-        reward = step.reward
-        task_id = self._state.task_id or ""
-        self._state.step_count += 1  # constructed unvalidated: assignments are not checked
-        self._state.done = step.done
+        self._step_count += 1
+        self._done = step.done
         self._in_episode = not step.done
-        return wire_result(step_observation(task_id, step), reward, step.done)
+        return wire_result(step_observation(self._task_id or "", step), step.reward, step.done)
 
     def state(self) -> ServedState:
-        return self._state
+        return ServedState(
+            episode_id=self._episode_id,
+            step_count=self._step_count,
+            env_id=self._config.env_id,
+            task_id=self._task_id,
+            done=self._done,
+        )
 
     async def _build(self) -> Env[Any]:
         return await anyio.to_thread.run_sync(
@@ -149,8 +159,10 @@ class EnvSession:
 
 
 class SessionPool:
-    """The open sessions, at most `max_sessions`; HTTP sessions idle past the timeout are
-    reaped (a WebSocket session times itself out on its socket)."""
+    """The open sessions, at most `max_sessions`; sessions idle past the timeout are reaped:
+    an HTTP session is closed, a WebSocket session has its `watch` cancelled (its handler
+    then tells the client and closes the socket). One sweep every few seconds, not a timer
+    per message: a timer per frame cost more than the rest of the frame's handling."""
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
@@ -200,13 +212,12 @@ class SessionPool:
 
     async def reap(self) -> None:
         deadline = time.monotonic() - self.config.session_timeout_s
-        idle = [
-            s
-            for s in self._sessions.values()
-            if s.kind == "http" and s.last_active < deadline and not s.lock.locked()
-        ]
+        idle = [s for s in self._sessions.values() if s.last_active < deadline and not s.busy]
         for session in idle:
-            await self.close(session)
+            if session.kind == "http":
+                await self.close(session)
+            else:
+                session.watch.cancel()
 
     async def reap_forever(self) -> None:
         period = min(self.config.session_timeout_s / 2, 5.0)

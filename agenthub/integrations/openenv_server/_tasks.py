@@ -28,7 +28,9 @@ class TaskRound:
         self._lock = anyio.Lock()
 
     async def pick(self, split: str, index: int | None) -> Task:
-        tasks = await self._read(split)
+        tasks = self._splits.get(split)  # read once; no lock on every reset after that
+        if tasks is None:
+            tasks = await self._read(split)
         if not tasks:
             raise ServeError(400, "VALIDATION_ERROR", f"split {split!r} of {self._env_id} is empty")
         if index is None:
