@@ -51,11 +51,15 @@ def run_eval(out: Path, *extra: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def eval_runs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    """Two evals of the same tasks: greedy, and sampled under another seed."""
+def eval_runs(
+    tmp_path_factory: pytest.TempPathFactory, vllm_server: str, default_model: Path
+) -> list[Path]:
+    """Two evals of the same tasks: greedy, and sampled under another seed (on the session's
+    `vllm serve` of the default model: what the page shows does not depend on the engine)."""
     root = tmp_path_factory.mktemp("view-evals")
-    run_eval(root / "greedy", "--temperature", "0")
-    run_eval(root / "sampled", "--temperature", "1", "--seed", "1")
+    served = ("--base-url", vllm_server, "--model", str(default_model))
+    run_eval(root / "greedy", "--temperature", "0", *served)
+    run_eval(root / "sampled", "--temperature", "1", "--seed", "1", *served)
     return [root / "greedy", root / "sampled"]
 
 
