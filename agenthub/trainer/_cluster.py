@@ -240,7 +240,7 @@ class RayCluster:
 
     def _new_worker(self, rank: int, drawn: int, life: int) -> Any:
         """Rollout worker `rank`'s actor, going on after `drawn` tasks, in its `life`-th life
-        (named only for a replacement: the simulation's workers are never replaced)."""
+        (named only for a replacement)."""
         later = {"life": life} if life else {}
         return _actor(
             self._worker_class,
