@@ -5,6 +5,7 @@ trained twice. Every trajectory here carries a task id of its own, to follow it.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from pathlib import Path
@@ -17,6 +18,7 @@ from agenthub.agents import Trajectory
 from agenthub.trainer import RunDirectory
 from agenthub.trainer._control import FaultCounts
 from agenthub.trainer._metrics import read_metrics
+from agenthub.trainer._workers import Admission
 
 from ._fakes import Kills, trajectory
 from .test_trainer_loop import _train, _trained
@@ -144,3 +146,23 @@ def test_a_restarted_learner_trains_the_finished_groups_once(tmp_path: Path) -> 
     assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=4, episodes_kept=10)
     kept = "10 finished episode(s) kept from before the learner died, to be trained or judged"
     assert f"{kept} stale" in said
+
+
+async def _admitted_after_holding(held: int) -> int:
+    """How many groups the gate admits at once at policy 2 with `held` kept groups."""
+    gate = Admission(batch_groups=2, max_staleness=1, version=2)
+    await gate.hold(held)
+    admitted = 0
+    while True:
+        try:
+            await asyncio.wait_for(gate.acquire(0, admitted), timeout=0.05)
+        except TimeoutError:
+            return admitted
+        admitted += 1
+
+
+def test_kept_groups_hold_their_places_in_the_admission_gate() -> None:
+    # At policy 2 with max_staleness=1, (2 + 1 + 1) x 2 groups may be under way, and 2 x 2
+    # were trained: 4 places, 3 of them the kept groups'.
+    assert asyncio.run(_admitted_after_holding(0)) == 4
+    assert asyncio.run(_admitted_after_holding(3)) == 1
