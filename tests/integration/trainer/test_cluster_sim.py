@@ -125,11 +125,11 @@ def test_a_worker_lost_inside_a_weight_sync_is_replaced_and_the_run_goes_on(
     assert summary.faults.seen == summary.faults.survived == 1
     assert summary.rollout_workers == 2
     # The sync of policy 2 failed with the worker; the replacement's sync sent the learner's
-    # policy (2, or 3 if its next step was queued behind the failed sync) to both engines
-    # again, and the run went on.
+    # policy to both engines: 2 again, or 3 when its next step was queued behind the failed
+    # sync (that step's own sync is the replacement's). Every version was sent, in order.
     versions = [v for v, _ in cluster.learner_sent]
-    assert versions[:2] == [1, 2] and versions[-1] == 6
-    assert len(versions) == 7 and versions == sorted(versions), "one version sent twice"
+    assert versions[:2] == [1, 2] and versions == sorted(versions)
+    assert set(versions) == set(range(1, 7))
 
 
 @pytest.mark.timeout(120)
