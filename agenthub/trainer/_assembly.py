@@ -3,6 +3,7 @@ and counted until a batch is full, and the counters that stop a run that can nev
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections import Counter
@@ -43,6 +44,10 @@ def _segments(
 
 def min_version(group: list[Trajectory]) -> int:
     return min((min(t.policy_versions) for t in group if t.policy_versions), default=0)
+
+
+def max_version(group: list[Trajectory]) -> int:
+    return max((max(t.policy_versions) for t in group if t.policy_versions), default=0)
 
 
 Verdict = Literal["keep", "stale", "failed", "filtered"]
@@ -283,7 +288,13 @@ class Batch:
 class BatchAssembler:
     """Fills each learner step's batch from the cluster's queue, judging every group with
     `triage`; gives discarded groups' places back at once, and stops the run (through
-    `control`) when its time is up or the groups it gets can never make a batch."""
+    `control`) when its time is up or the groups it gets can never make a batch.
+
+    Groups carried into the session (`carry`: from a checkpoint, or across a learner
+    restart) are taken before the queue's. `untrained()` is every finished group not yet
+    handed to the learner, for a checkpoint: the batch assembled and not yet `handed`, the
+    one being filled, the carried ones, and the queue's, read at one moment (no take off the
+    queue is half done then)."""
 
     def __init__(
         self,
@@ -310,6 +321,35 @@ class BatchAssembler:
         self._filling: Batch | None = None
         """A batch whose filling an error or a pause cut short (a dead worker): the next call
         goes on with it, so the groups in it are neither lost nor counted twice."""
+        self._done: Batch | None = None
+        """The batch last assembled, until it is handed to the learner."""
+        self._carried: list[list[Trajectory]] = []
+        self._taking = asyncio.Lock()
+        """Held while groups are off the queue and not yet in a batch."""
+
+    def carry(self, groups: list[list[Trajectory]], version: int) -> int:
+        """Take `groups` (finished, untrained, from before this session) before the queue's,
+        for a learner at policy `version`; how many are taken. A group sampled by a newer
+        policy (one the learner, restarted from its checkpoint, never had) is counted stale
+        in the first batch, never trained."""
+        batch = self._filling = self._filling or Batch(shaping=self.shaping)
+        for group in groups:
+            if max_version(group) > version:
+                batch.count(group, "stale")
+            else:
+                self._carried.append(group)
+        return len(self._carried)
+
+    def handed(self) -> None:
+        """The batch last assembled went to the learner."""
+        self._done = None
+
+    async def untrained(self) -> list[list[Trajectory]]:
+        """The finished groups not yet handed to the learner, oldest first as they will be
+        trained: assembled, being filled, carried, queued."""
+        async with self._taking:
+            held = [g for b in (self._done, self._filling) if b is not None for g in b.groups]
+            return [*held, *self._carried, *await self.cluster.queued()]
 
     async def assemble(
         self, version: int, deadline: float, *, paused: Callable[[], bool] = lambda: False
@@ -327,17 +367,24 @@ class BatchAssembler:
                 self.control.finish(StopReason("max_minutes", minutes))
                 return None
             waited = self.clock()
-            try:
-                got = await self.cluster.take_groups(wanted - len(batch.groups), timeout_s=1.0)
-            except TimeoutError:
-                got = []
-                self.on_idle()
-            batch.wait_s += self.clock() - waited
-            await self._judge(got, version, batch)
+            async with self._taking:
+                got = await self._take(wanted - len(batch.groups))
+                batch.wait_s += self.clock() - waited
+                await self._judge(got, version, batch)
             if self._stopped_for_good(version):
                 return None
-        self._filling = None
+        self._filling, self._done = None, batch
         return batch
+
+    async def _take(self, most: int) -> list[list[Trajectory]]:
+        if self._carried:
+            got, self._carried = self._carried[:most], self._carried[most:]
+            return got
+        try:
+            return await self.cluster.take_groups(most, timeout_s=1.0)
+        except TimeoutError:
+            self.on_idle()
+            return []
 
     async def _judge(self, got: list[list[Trajectory]], version: int, batch: Batch) -> None:
         discarded = 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from agenthub._errors import AgentHubError
+from agenthub.agents import Trajectory
 from agenthub.trainer._cluster import Cluster
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._rundir import MODEL, CheckpointState, RunDirectory
@@ -15,8 +16,18 @@ from agenthub.trainer._rundir import MODEL, CheckpointState, RunDirectory
 __all__ = ["Checkpointer"]
 
 
+Untrained = Callable[[], Awaitable[list[list[Trajectory]]]]
+"""The finished groups not yet trained, at the moment it is awaited."""
+
+
+async def _none() -> list[list[Trajectory]]:
+    return []
+
+
 class Checkpointer:
-    """Writes a checkpoint of the run into its directory, and restores one."""
+    """Writes a checkpoint of the run into its directory, and restores one. A checkpoint
+    keeps the finished groups not yet trained (`untrained`), so a resumed or restarted run
+    trains them, or judges them stale, as it would have without the stop."""
 
     def __init__(
         self,
@@ -24,11 +35,16 @@ class Checkpointer:
         run: RunDirectory,
         cluster: Cluster,
         log: Callable[[str], None],
+        untrained: Untrained = _none,
     ) -> None:
         self.cfg = cfg
         self.run = run
         self.cluster = cluster
         self.log = log
+        self.untrained = untrained
+        self.since: list[list[Trajectory]] = []
+        """The groups handed to the learner since the last checkpoint: a learner restarted
+        from it trains them again."""
         self.bf16 = False
         """Whether the learner trains in bf16, as it resolved `learner.bf16`."""
 
@@ -37,6 +53,10 @@ class Checkpointer:
         await self.cluster.save_checkpoint(self.run.checkpoints, tag)
         if self.cfg.run.save_model:
             await self.cluster.save_model(self.run.model, {"step": step, "tag": tag})
+        # The groups before the task positions: a group kept was drawn before them, so its
+        # task is not played again.
+        groups = await self.untrained()
+        self.run.write_groups(tag, groups)
         stats = await self.cluster.worker_stats()
         # A dead worker's place in its task stream is its last checkpointed one: its tasks
         # since are played again.
@@ -49,8 +69,10 @@ class Checkpointer:
             elapsed_s=elapsed_s,
             samples_bytes=self.run.samples_size(),
             bf16=self.bf16,
+            groups=len(groups),
         )
         self.run.write_state(state, keep=self.cfg.run.keep_checkpoints)
+        self.since = []
 
     async def save_unless_saved(self, step: int, elapsed_s: float) -> None:
         """Checkpoint `step` unless the newest checkpoint holds it."""

@@ -50,8 +50,7 @@ class Lost:
 
 class ClusterNews(Exception):
     """Not an error: what `check_workers` raises for the recovery to act on between two steps,
-    as it acts on a dead worker: a given-up rank's new worker found room (`take_back`), or
-    queued groups were found gone (`dropped_episodes`)."""
+    as it acts on a dead worker: a given-up rank's new worker found room (`take_back`)."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +100,22 @@ class Cluster(Protocol):
 
     def check_workers(self) -> None:
         """Raise the error of a rollout worker that stopped; else `ClusterNews` when the
-        recovery has something to take in (`room_again`, `dropped_episodes`)."""
+        recovery has something to take in (`room_again`)."""
         ...
 
     def queue_depth(self) -> int: ...
+
+    async def queued(self) -> list[list[Trajectory]]:
+        """The finished groups in the queue now, oldest first, left there (for a
+        checkpoint). They belong to the queue, on the driver's node: a rollout worker that
+        dies, or its node, takes none of them."""
+        ...
+
+    async def hold_places(self, groups: int) -> None:
+        """Give `groups` finished groups carried into this session (from a checkpoint, or
+        across a learner restart) their places in the admission gate, as if admitted now:
+        trained or discarded, they free them as any group does."""
+        ...
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
         """One learner step on `batch`; the learner's metrics. The learner runs the calls
@@ -152,12 +163,7 @@ class Cluster(Protocol):
         ...
 
     async def episodes_in_flight(self) -> int:
-        """Episodes admitted and not yet trained on: playing, or finished and queued."""
-        ...
-
-    def dropped_episodes(self) -> int:
-        """Episodes of queued groups found gone since the last call (their worker, which held
-        their data, died, or its node was lost): dropped, never trained."""
+        """Episodes admitted and still playing (not yet queued)."""
         ...
 
     def room_again(self) -> bool:
@@ -227,8 +233,6 @@ class RayCluster:
         self._running: dict[int, Any] = {}
         self._started = False
         self._given_up: set[int] = set()
-        self._dropped = 0
-        """Queued groups found gone, not yet told (`dropped_episodes`)."""
         self._search = _RoomSearch(
             cfg.run.worker_placement_timeout_s,
             lambda rank: self._new_worker(rank, self._drawn[rank], self._lives[rank]),
@@ -239,7 +243,7 @@ class RayCluster:
 
     def _new_worker(self, rank: int, drawn: int, life: int) -> Any:
         """Rollout worker `rank`'s actor, going on after `drawn` tasks, in its `life`-th life
-        (named only for a replacement: the simulation's workers are never replaced)."""
+        (named only for a replacement)."""
         later = {"life": life} if life else {}
         return _actor(
             self._worker_class,
@@ -300,12 +304,7 @@ class RayCluster:
             ray.kill(actor)
 
     async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
-        lost = self.queue.lost
-        got = await self.queue.get_batch(most, timeout_s=timeout_s)
-        if self.queue.lost > lost:  # queued by a worker lost since: their places go back
-            self._dropped += self.queue.lost - lost
-            await self.admission.discard.remote(self.queue.lost - lost)
-        return got
+        return await self.queue.get_batch(most, timeout_s=timeout_s)
 
     async def give_back(self, groups: int) -> None:
         await self.admission.discard.remote(groups)
@@ -319,11 +318,17 @@ class RayCluster:
         for ref in done:
             ray.get(ref)  # raises the worker's error
             raise AgentHubError("a rollout worker stopped producing episodes")
-        if self._dropped or self.room_again():
-            raise ClusterNews("a given-up rollout worker found room, or queued groups were lost")
+        if self.room_again():
+            raise ClusterNews("a given-up rollout worker found room")
 
     def queue_depth(self) -> int:
         return self.queue.qsize()
+
+    async def queued(self) -> list[list[Trajectory]]:
+        return await self.queue.snapshot()
+
+    async def hold_places(self, groups: int) -> None:
+        await self.admission.hold.remote(groups)
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
         if self.turns is not None:
@@ -430,10 +435,6 @@ class RayCluster:
             self._running |= {rank: w.run.remote() for rank, w in new.items()}
         await self._write_processes()
 
-    def dropped_episodes(self) -> int:
-        groups, self._dropped = self._dropped, 0
-        return groups * self.cfg.rollout.n_samples_per_prompt
-
     def room_again(self) -> bool:
         return self._search.found(sorted(self._given_up))
 
@@ -447,7 +448,7 @@ class RayCluster:
         return await _placed(worker, self.cfg.run.worker_placement_timeout_s)
 
     async def episodes_in_flight(self) -> int:
-        groups = int(await self.admission.groups_in_flight.remote()) + self.queue.qsize()
+        groups = int(await self.admission.groups_in_flight.remote())
         return groups * self.cfg.rollout.n_samples_per_prompt
 
     async def _write_processes(self) -> None:

@@ -38,11 +38,14 @@ class StopReason:
 @dataclass
 class FaultCounts:
     """Processes of a run that died: how many (`seen`), how many the run went on after
-    (`survived`), and the episodes they had in flight, dropped untrained (`episodes_lost`)."""
+    (`survived`), the episodes they were playing, dropped untrained (`episodes_lost`), and
+    the finished episodes carried across a fault or a resume to be trained or judged stale
+    (`episodes_kept`)."""
 
     seen: int = 0
     survived: int = 0
     episodes_lost: int = 0
+    episodes_kept: int = 0
 
 
 @dataclass(frozen=True)
@@ -179,11 +182,13 @@ class Faults:
         self.counts.episodes_lost += episodes_lost
         self.log(f"{what}; {episodes_lost} episode(s) in flight lost, the run goes on")
 
-    def dropped(self, episodes: int) -> None:
-        """Episodes a lost rollout worker had queued, found gone (their data went with its
-        process or node) after its loss was counted: lost too."""
-        self.counts.episodes_lost += episodes
-        self.log(f"{episodes} episode(s) queued by a lost rollout worker dropped, never trained")
+    def kept(self, episodes: int, where: str) -> None:
+        """Finished episodes not yet trained, carried into the session from `where`: each is
+        trained, or dropped as stale, as it would have been without the fault."""
+        if not episodes:
+            return
+        self.counts.episodes_kept += episodes
+        self.log(f"{episodes} finished episode(s) kept from {where}, to be trained or judged stale")
 
 
 def _cause(exc: BaseException) -> str:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from agenthub._errors import AgentHubError
 from agenthub._tracebacks import described
+from agenthub.agents import Trajectory
 from agenthub.trainer._assembly import BatchAssembler
 from agenthub.trainer._checkpoint import Checkpointer
 from agenthub.trainer._cluster import Cluster, RayCluster, start_ray
@@ -47,6 +48,11 @@ if TYPE_CHECKING:
     from agenthub.agents.default_model import BuildProgress
 
 __all__ = ["ClusterFactory", "RunSummary", "StepReport", "Trainer"]
+
+SALVAGE_S = 60.0
+"""How long reading the queue may take after the learner died."""
+
+Group = list[Trajectory]
 
 ClusterFactory = Callable[[TrainConfig, int, list[int]], Cluster]
 """Makes the run's cluster for a config, the policy version it starts at, and the training
@@ -153,16 +159,28 @@ class Trainer:
         make_cluster = self._make_cluster or self._ray_cluster()
         with interruptible(asyncio.get_running_loop(), self.control, self.log):
             restarted = False
+            carried = self._kept(self.dir.groups(state) if state else [], "the checkpoint")
             while True:
                 try:
-                    return await self._open_session(make_cluster, state, restarted)
+                    return await self._open_session(make_cluster, state, restarted, carried)
                 except LearnerLost as lost:
                     state, restarted = self._restart_point(lost), True
+                    kept = [*(self.dir.groups(state) if state else []), *lost.groups]
+                    carried = self._kept(_once(kept), "before the learner died")
+
+    def _kept(self, groups: list[Group], where: str) -> list[Group]:
+        self.faults.kept(sum(len(g) for g in groups), where)
+        return groups
 
     async def _open_session(
-        self, make_cluster: ClusterFactory, state: CheckpointState | None, restarted: bool
+        self,
+        make_cluster: ClusterFactory,
+        state: CheckpointState | None,
+        restarted: bool,
+        carried: list[Group],
     ) -> RunSummary:
-        """One session: a cluster from `state` (None: step 0), and its metrics log."""
+        """One session: a cluster from `state` (None: step 0), and its metrics log; the
+        finished groups `carried` into it are trained first, or judged stale."""
         cfg = self.config
         start = _Start.of(state, cfg)
         cluster = make_cluster(cfg, start.step, start.tasks_drawn)
@@ -176,7 +194,9 @@ class Trainer:
                 resume=self.resume or restarted,
             )
             try:
-                return await self._session(self._parts(cluster, metrics), state, start)
+                parts = self._parts(cluster, metrics)
+                held = parts.assembler.carry(carried, start.step)
+                return await self._session(parts, state, start, held)
             finally:
                 metrics.close()
         finally:
@@ -219,22 +239,25 @@ class Trainer:
             cluster.check_workers()
             publisher.check()
 
+        assembler = BatchAssembler(
+            cfg, cluster, self.control, out=self.dir.path, log=log, on_idle=on_idle
+        )
         return Parts(
             cluster=cluster,
             metrics=metrics,
-            assembler=BatchAssembler(
-                cfg, cluster, self.control, out=self.dir.path, log=log, on_idle=on_idle
-            ),
+            assembler=assembler,
             publisher=publisher,
             evaluator=HeldOutEvaluator(cfg.eval, cluster, metrics, self.held_out, log),
-            checkpointer=Checkpointer(cfg, self.dir, cluster, log),
+            checkpointer=Checkpointer(cfg, self.dir, cluster, log, assembler.untrained),
         )
 
     async def _session(
-        self, parts: Parts, state: CheckpointState | None, start: _Start
+        self, parts: Parts, state: CheckpointState | None, start: _Start, held: int
     ) -> RunSummary:
         """Start the cluster, restore the checkpoint or evaluate the starting policy, and
-        train; a run stopped during start-up returns at once (nothing learned to save)."""
+        train; a run stopped during start-up returns at once (nothing learned to save). The
+        `held` groups carried into it hold their places in the admission gate before rollouts
+        start."""
         cluster, cfg = parts.cluster, self.config
         self.log(f"starting {cfg.ray.rollout_workers} rollout worker(s) and the learner")
         if not await self.control.unless_stopped(cluster.start()):
@@ -249,6 +272,7 @@ class Trainer:
             self.log("evaluating the starting policy on held-out tasks")
             if not await self.control.unless_stopped(parts.evaluator.evaluate(0)):
                 return self._summary(start.step, start.elapsed_s)
+        await cluster.hold_places(held)
         cluster.run_workers()
         return await self._loop(parts, start.step, Clock(start.elapsed_s, cfg.run.max_minutes))
 
@@ -269,7 +293,11 @@ class Trainer:
                     break
                 except Exception as exc:
                     await steps.settle()
-                    outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
+                    try:
+                        outcome = await self.recovery.recover(p.cluster, p.publisher, exc, at.step)
+                    except LearnerLost as lost:
+                        lost.groups = await _salvaged(p)
+                        raise
                     if outcome == "go_on":
                         continue
                     # A rollout worker failed: the learner's steps since the last checkpoint
@@ -311,3 +339,26 @@ class Trainer:
         reason = self.control.reason or StopReason("stopped", "stopped")
         h, workers = self.held_out, self.recovery.workers
         return RunSummary(step, reason, elapsed_s, h.last, h.first, workers, self.faults.counts)
+
+
+async def _salvaged(p: Parts) -> list[Group]:
+    """The learner died: the finished groups the driver still has, for the restarted one.
+    Those handed to the learner since the last checkpoint (the restart takes their steps
+    again), then those not yet handed (the queue lives on the driver's node)."""
+    try:
+        waiting = await asyncio.wait_for(p.assembler.untrained(), SALVAGE_S)
+    except TimeoutError:
+        waiting = []
+    return [*p.checkpointer.since, *waiting]
+
+
+def _once(groups: list[Group]) -> list[Group]:
+    """`groups` without repeats, in order (the checkpoint's groups were handed on since)."""
+    seen: set[tuple[str, ...]] = set()
+    kept = []
+    for group in groups:
+        key = tuple(t.model_dump_json() for t in group)
+        if key not in seen:
+            seen.add(key)
+            kept.append(group)
+    return kept

@@ -77,6 +77,7 @@ class NextBatch:
         ready = await task
         if ready is not None:
             ready[0].wait_s = self.assembler.clock() - waited
+            self.assembler.handed()
         return ready
 
     async def cancel(self) -> None:

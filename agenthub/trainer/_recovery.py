@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from agenthub._errors import AgentHubError
+from agenthub.agents import Trajectory
 from agenthub.trainer._cluster import Cluster, ClusterNews, Replaced
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._control import Faults
@@ -30,13 +31,15 @@ dead peer ends at the transfer group's timeout at the latest)."""
 
 class LearnerLost(Exception):
     """The learner died and may be restarted: the session ends here, and the run goes on in a
-    new one from the last checkpoint. `episodes` were in flight then, and are lost with it."""
+    new one from the last checkpoint. `episodes` were playing then, and are lost with it;
+    the finished `groups` the driver still had go on to the new session."""
 
     def __init__(self, cause: BaseException, episodes: int, step: int) -> None:
         super().__init__(f"the learner died at step {step}: {cause}")
         self.cause = cause
         self.episodes = episodes
         self.step = step
+        self.groups: list[list[Trajectory]] = []
 
 
 class Recovery:
@@ -80,11 +83,8 @@ class Recovery:
         )
 
     async def _take_in(self, cluster: Cluster, publisher: WeightPublisher, step: int) -> None:
-        """After `ClusterNews` at step `step`: count the queued episodes of lost workers found
-        gone, and take back the ranks given up whose new worker found room, with the weights
-        of `step` (the sync in flight ended first)."""
-        if episodes := cluster.dropped_episodes():
-            self.faults.dropped(episodes)
+        """After `ClusterNews` at step `step`: take back the ranks given up whose new worker
+        found room, with the weights of `step` (the sync in flight ended first)."""
         if not cluster.room_again():
             return
         await publisher.wait(admitted=True)
@@ -101,7 +101,7 @@ class Recovery:
     ) -> Outcome:
         """Whether the run can go on at `step` after `error`, with dead rollout workers
         replaced; a learner dead and to be restarted raises `LearnerLost`. `ClusterNews` is
-        taken in (a worker back, episodes lost), and the run goes on."""
+        taken in (a worker back), and the run goes on."""
         if isinstance(error, ClusterNews):
             await self._take_in(cluster, publisher, step)
             return "go_on"
@@ -122,9 +122,8 @@ class Recovery:
         if not replaced.workers:
             self._given_up = replaced.given_up
             return "failed"
-        # With the groups it had queued that are found gone by now (more may be, later).
-        episodes = replaced.episodes_lost + cluster.dropped_episodes()
-        self.faults.survived(episodes, self._said(ranks, replaced, step))
+        # Only the episodes it was playing: the groups it had queued are the queue's.
+        self.faults.survived(replaced.episodes_lost, self._said(ranks, replaced, step))
         return "go_on"
 
     def _said(self, ranks: list[int], replaced: Replaced, step: int) -> str:

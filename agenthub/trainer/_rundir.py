@@ -30,6 +30,7 @@ METRICS = "metrics.jsonl"
 MODEL = "model"  # the policy as a Hugging Face model, written with each checkpoint
 SAMPLES = "trajectories.jsonl"  # trajectories of each step, `run.save_trajectories` of them
 PROCESSES = "logs/processes.json"  # the learner's and rollout workers' process ids
+GROUPS = "groups.jsonl"  # in a checkpoint: its finished, untrained groups, one a line
 
 _CHECKPOINT_BOUND = (
     "model",
@@ -62,6 +63,8 @@ class CheckpointState(BaseModel):
     """Whether the learner trained in bf16, as it resolved `learner.bf16`."""
     history: list[str] = []
     """The tags of the checkpoints kept, oldest first."""
+    groups: int | None = None
+    """The finished groups not yet trained then, kept in the checkpoint (`RunDirectory.groups`)."""
 
 
 class RunDirectory:
@@ -229,6 +232,25 @@ class RunDirectory:
             return int(about["step"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def write_groups(self, tag: str, groups: list[list[Trajectory]]) -> None:
+        """Keep checkpoint `tag`'s finished, untrained groups in it (before its state.json
+        names it: a checkpoint is whole with its groups, or not there)."""
+        lines = ("[" + ",".join(t.model_dump_json() for t in g) + "]\n" for g in groups)
+        write_atomic(self.checkpoints / tag / GROUPS, "".join(lines))
+
+    def groups(self, state: CheckpointState) -> list[list[Trajectory]]:
+        """The finished, untrained groups checkpoint `state` kept (none for one of a version
+        that kept none)."""
+        from pydantic import TypeAdapter
+
+        from agenthub.agents import Trajectory
+
+        file = self.checkpoints / state.tag / GROUPS
+        if not state.groups or not file.exists():
+            return []
+        group = TypeAdapter(list[Trajectory])
+        return [group.validate_json(line) for line in file.read_text().splitlines() if line]
 
     def write_state(self, state: CheckpointState, keep: int) -> None:
         """Record a complete checkpoint as the newest, then delete all but the `keep` newest."""

@@ -254,10 +254,13 @@ class SimRolloutWorker:
         queue: Any,
         admission: Any,
         tasks_done: int = 0,
+        life: int = 0,
     ) -> None:
         self.config = TrainConfig.model_validate(config)
         self.model = SimModel.load(Shipment.of(model_path).here())
         self.rank = rank
+        self.life = life
+        """How many workers held this rank before (each replaced one that died)."""
         self.queue = queue
         self.admission = admission
         self.tasks_drawn = tasks_done
@@ -407,14 +410,20 @@ class SimCluster(RayCluster):
     it closes (`learner_busy`, `learner_waited`, `learner_sent`, `learner_modelled`)."""
 
     def __init__(
-        self, cfg: TrainConfig, model_path: Path, version: int, tasks_drawn: list[int]
+        self,
+        cfg: TrainConfig,
+        model_path: Path,
+        version: int,
+        tasks_drawn: list[int],
+        *,
+        rollout_worker: type[SimRolloutWorker] = SimRolloutWorker,
     ) -> None:
         super().__init__(
             cfg,
             model_path,
             version,
             tasks_drawn,
-            rollout_worker=SimRolloutWorker,
+            rollout_worker=rollout_worker,
             learner=SimLearner,
         )
         self.learner_busy: list[tuple[float, float]] = []

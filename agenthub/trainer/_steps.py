@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Clock", "Parts", "Progress", "Steps"]
 
+CLOSE_S = 10.0
+"""How long the batch under way may take to stop when the session ends (a take off the queue
+waits a second at most)."""
+
 
 @dataclass
 class Parts:
@@ -198,8 +202,11 @@ class Steps:
         await self._log_step(learning, learning.call.result(), learn_s)
 
     async def close(self) -> None:
-        """The session ends: the batch under way is cancelled (`NextBatch.cancel`)."""
+        """The session ends: the batch under way stops between two takes off the queue, its
+        groups kept for the last checkpoint (or cancelled after `CLOSE_S`)."""
         await self._stop_queuing()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.upcoming.pause(), CLOSE_S)
         await self.upcoming.cancel()
 
     async def _stop_queuing(self) -> None:
@@ -215,6 +222,7 @@ class Steps:
         """Ask the learner for a step on `ready`, and start the batch after it."""
         assert ready is not None
         batch, collated = ready
+        self.p.checkpointer.since += batch.groups
         call = asyncio.ensure_future(self.p.cluster.learn(collated))
         self.at.under_way = _Learning(batch, call, step_start, time.monotonic(), queued)
         if self.at.step + 1 < self.config.run.max_steps:

@@ -167,6 +167,12 @@ class Admission:
             self.version = max(self.version, version)
             self._changed.notify_all()
 
+    async def hold(self, groups: int) -> None:
+        """`groups` finished groups carried into the run (from a checkpoint) take places, as
+        groups admitted now would; trained or discarded, they free them."""
+        async with self._changed:
+            self.started += groups
+
     async def discard(self, groups: int) -> None:
         async with self._changed:
             self.discarded += groups

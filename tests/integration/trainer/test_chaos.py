@@ -4,7 +4,8 @@ SIGKILLed once a checkpoint exists (the way the OOM killer would), then the Dock
 its sandboxes restarted, then its learner's second rank SIGKILLed. The run replaces the
 worker, its sandbox pool reconnects (the episodes that met the engine's gap end as
 `env_error`, never trained), and the learner, both ranks, restarts from the last checkpoint,
-all without a restart of the command; what the run leaves is whole: every step's
+all without a restart of the command, the groups finished at each fault kept (only the
+episodes playing are lost); what the run leaves is whole: every step's
 metrics once and in order, no sample trajectory twice, failed, or from a policy the restarted
 learner never had, and a checkpoint at the last step. Restarts the real Docker engine: run
 alone, with no other Docker user."""
@@ -110,6 +111,10 @@ def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(tmp_path: P
     assert summary["faults"]["seen"] == summary["faults"]["survived"] == len(processes)
     assert "rollout worker 0 died" in output and "the learner died" in output
     assert "the learner restarts from step-" in output
+    # What had finished when the learner died goes on to the restarted one: trained once, or
+    # counted stale. Only episodes playing at a fault are lost.
+    assert "finished episode(s) kept from before the learner died" in output
+    assert summary["faults"]["episodes_kept"] > 0
     after = _processes(out)["learner_ranks"]
     assert len(after) == 2 and not set(after) & set(before), "both ranks restarted"
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,9 +15,10 @@ pytest.importorskip("ray", reason="the cluster simulation needs the train extra"
 
 import agenthub
 from agenthub.trainer._config import TrainConfig, load_config
+from agenthub.trainer._control import RunSummary
 from agenthub.trainer._loop import Trainer
 from agenthub.trainer._metrics import read_metrics
-from agenthub.trainer._sim import SimCluster, SimModel
+from agenthub.trainer._sim import SimCluster, SimModel, SimRolloutWorker
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +33,13 @@ def ray_cpus() -> Iterator[None]:
 
 
 def _run(
-    tmp_path: Path, staleness: int, model: SimModel | None = None
-) -> tuple[list[dict[str, float]], SimCluster]:
+    tmp_path: Path,
+    staleness: int,
+    model: SimModel | None = None,
+    *,
+    worker: type[SimRolloutWorker] = SimRolloutWorker,
+    steps: int = 4,
+) -> tuple[list[dict[str, float]], SimCluster, RunSummary]:
     agenthub.register("cluster-sim", "agenthub.trainer._sim:SimTasks", override=True)
     model = model or SimModel(time_scale=1 / 400)
     model.save(tmp_path / "sim-model.json")
@@ -47,20 +55,21 @@ def _run(
             "algorithm.filter_groups=false",
             "eval.every=0",
             "run.wandb=disabled",
-            "run.max_steps=4",
+            f"run.max_steps={steps}",
             "run.checkpoint_every=4",
         ],
     )
     made: list[SimCluster] = []
 
     def cluster(c: TrainConfig, version: int, drawn: list[int]) -> SimCluster:
-        made.append(SimCluster(c, tmp_path / "sim-model.json", version, drawn))
+        path = tmp_path / "sim-model.json"
+        made.append(SimCluster(c, path, version, drawn, rollout_worker=worker))
         return made[-1]
 
     summary = Trainer(cfg, tmp_path / "run", log=lambda _: None, cluster=cluster).run()
-    assert summary.steps == 4
+    assert summary.steps == steps
     records = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "train/reward" in r]
-    return records, made[0]
+    return records, made[0], summary
 
 
 @pytest.mark.timeout(180)
@@ -68,7 +77,7 @@ def _run(
 def test_the_simulated_cluster_trains_through_the_real_trainer(
     tmp_path: Path, ray_cpus: None, staleness: int
 ) -> None:
-    records, cluster = _run(tmp_path, staleness)
+    records, cluster, _ = _run(tmp_path, staleness)
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     assert all(r["staleness/max"] <= staleness for r in records)
     # every step learned and sent its weights: a learn and a transfer interval each
@@ -88,12 +97,39 @@ def test_a_step_whose_batch_is_ready_goes_to_the_learner_behind_the_weight_sync(
 ) -> None:
     # A learner ten times slower than the model's: every next batch is ready as a step ends.
     slow = SimModel(time_scale=1 / 400, learner_s_per_token=96e-5)
-    records, cluster = _run(tmp_path, 4, slow)
+    records, cluster, _ = _run(tmp_path, 4, slow)
     assert [r["learner/queued"] for r in records] == [0, 1, 1, 1]
     # Ray ran the calls in the order they were made: each sync sent its own step's weights.
     assert cluster.learner_sent == [(v, v) for v in range(1, 5)]
     starts = [a for a, _ in cluster.learner_busy]
     assert starts == sorted(starts) and len(starts) == 8
+
+
+class _DiesInSync(SimRolloutWorker):
+    """Rollout worker 1 dies inside the weight sync of policy 2, once it has the weights (the
+    learner is then between two calls of its round): the other engine has received them, and
+    the round is left open."""
+
+    async def receive_weights(self, update_info: dict[str, Any]) -> None:
+        await super().receive_weights(update_info)
+        if self.rank == 1 and self.life == 0 and self.engine._incoming == 2:
+            os._exit(1)
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_lost_inside_a_weight_sync_is_replaced_and_the_run_goes_on(
+    tmp_path: Path, ray_cpus: None
+) -> None:
+    records, cluster, summary = _run(tmp_path, 1, worker=_DiesInSync, steps=6)
+    assert [r["step"] for r in records] == list(range(1, 7)), "every step once, in order"
+    assert summary.faults.seen == summary.faults.survived == 1
+    assert summary.rollout_workers == 2
+    # The sync of policy 2 failed with the worker; the replacement's sync sent the learner's
+    # policy to both engines: 2 again, or 3 when its next step was queued behind the failed
+    # sync (that step's own sync is the replacement's). Every version was sent, in order.
+    versions = [v for v, _ in cluster.learner_sent]
+    assert versions[:2] == [1, 2] and versions == sorted(versions)
+    assert set(versions) == set(range(1, 7))
 
 
 @pytest.mark.timeout(120)

@@ -121,6 +121,8 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert all(r["eval/policy_version"] >= r["step"] for r in evals), "evaluated after the sync"
     samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
+    kept = _kept_groups(out, state)
+    assert kept, "the stop kept the finished groups it had not trained"
 
     # Resume, then kill -9 once a new checkpoint exists: nothing after it is kept.
     log = tmp_path / "resumed.log"
@@ -135,6 +137,8 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
             resumed.kill()
     output = log.read_text()
     assert f"resumed from {state['tag']}" in output
+    assert f"{4 * len(kept)} finished episode(s) kept from the checkpoint" in output
+    _check_kept_groups_trained_first(out, state, kept)
 
     target = killed_after["step"] + 2
     again = _complete(out, "--resume", "--steps", str(target))
@@ -144,12 +148,37 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert steps == list(range(1, target + 1)), "steps after the last checkpoint were redone once"
     samples_file = (out / "trajectories.jsonl").read_text()
     assert samples_file.count("\n") == 4 * target, "run.save_trajectories=4 samples per step"
+    lines = samples_file.splitlines()
+    assert len(set(lines)) == len(lines), "no trajectory trained twice"
     after = _state(out)
     assert after["step"] == target
     assert after["tasks_drawn"][0] > killed_after["tasks_drawn"][0] > state["tasks_drawn"][0]
     summary = json.loads(again.stdout.strip().splitlines()[-1])  # Ray was shut down first
     assert summary["steps"] == target and summary["stopped"] == f"reached max_steps={target}"
     _check_exported_policy(out, after["tag"])
+
+
+def _kept_groups(out: Path, state: dict) -> list[list[dict]]:  # type: ignore[type-arg]
+    """The finished, untrained groups checkpoint `state` kept, as JSON."""
+    path = out / "checkpoints" / state["tag"] / "groups.jsonl"
+    groups = [json.loads(line) for line in path.read_text().splitlines()]
+    assert state["groups"] == len(groups)
+    return groups
+
+
+def _check_kept_groups_trained_first(out: Path, state: dict, kept: list[list[dict]]) -> None:  # type: ignore[type-arg]
+    """The step after the checkpoint trained its kept groups first, or counted the first one
+    stale (sampled more than max_staleness=1 versions before the restored policy). Only the
+    first group of a step is sampled into trajectories.jsonl (run.save_trajectories=4)."""
+    step = state["step"] + 1
+    record = next(r for r in _records(out) if r.get("step") == step and "train/reward" in r)
+    lines = (out / "trajectories.jsonl").read_text().splitlines()
+    sampled = [json.loads(line) for line in lines[4 * (step - 1) : 4 * step]]
+    fresh = [g for g in kept if state["step"] - min(min(t["policy_versions"]) for t in g) <= 1]
+    if fresh:
+        assert sampled == fresh[0], "the first kept group fresh enough is the next step's first"
+    else:
+        assert record["groups/stale"] >= 1, "kept groups too stale are counted so"
 
 
 def _check_exported_policy(out: Path, tag: str) -> None:

@@ -87,13 +87,11 @@ def informative(version: int) -> list[list[Trajectory]]:
 class Kills:
     """When the fake's processes die, shared by every cluster a run makes: rollout worker
     `worker_rank` once the learner reaches each step of `worker_at` (before its next batch),
-    the learner during each learner step of `learner_at`. Each happens once. A dead worker
-    had `queued` groups in the queue, found gone at the first take after its replacement."""
+    the learner during each learner step of `learner_at`. Each happens once."""
 
     worker_at: list[int] = field(default_factory=list)
     learner_at: list[int] = field(default_factory=list)
     worker_rank: int = 0
-    queued: int = 0
 
 
 class ProcessDied(Exception):
@@ -146,8 +144,10 @@ class FakeCluster:
         self.taken_back: list[tuple[list[int], int]] = []
         """Each take back: the ranks, and the policy version their engines got."""
         self.asked_for_room = 0
-        self._queued_lost = 0
-        self._dropped = 0
+        self.waiting: list[list[Trajectory]] = []
+        """Finished groups in the queue, handed out before `groups(version)`'s."""
+        self.held = 0
+        """Places taken in the admission gate by groups carried into the session."""
 
     async def start(self) -> None:
         self.calls.append("start")
@@ -176,7 +176,9 @@ class FakeCluster:
             self.dead_workers.add(self.kills.worker_rank)
         if self.dead_workers:
             raise TimeoutError("no trajectory arrived")
-        self._dropped, self._queued_lost = self._dropped + self._queued_lost, 0
+        if self.waiting:
+            got, self.waiting = self.waiting[:most], self.waiting[most:]
+            return got
         got = self.groups(self.version)[:most]
         if not got:
             raise TimeoutError("no trajectory arrived")
@@ -191,11 +193,17 @@ class FakeCluster:
     def check_workers(self) -> None:
         if self.dead_workers:
             raise ProcessDied(f"rollout worker {min(self.dead_workers)} died")
-        if self._dropped or self.room_again():
+        if self.room_again():
             raise ClusterNews("news")
 
     def queue_depth(self) -> int:
-        return 0
+        return len(self.waiting)
+
+    async def queued(self) -> list[list[Trajectory]]:
+        return list(self.waiting)
+
+    async def hold_places(self, groups: int) -> None:
+        self.held += groups
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
         if self.learner_steps + 1 in self.kills.learner_at:
@@ -246,17 +254,12 @@ class FakeCluster:
         given_up = [rank for rank in ranks if rank not in placed]
         self.dead_workers.difference_update(ranks)
         self.workers.difference_update(given_up)
-        self._queued_lost += self.kills.queued * len(ranks)
         self.version = version
         self.replaced.append((placed, version, list(self.tasks_drawn)))
         return Replaced(2 * len(ranks), given_up, len(self.workers))
 
     async def episodes_in_flight(self) -> int:
         return 4
-
-    def dropped_episodes(self) -> int:
-        groups, self._dropped = self._dropped, 0
-        return groups * self.cfg.rollout.n_samples_per_prompt
 
     def room_again(self) -> bool:
         if self.given_up():

@@ -57,7 +57,7 @@ class _GatedWorker(SlowLearner):
         self.dies_at = dies_at
         self.life = 0
         self.playing: list[list[Trajectory]] = []
-        self.queued: list[list[Trajectory]] = []
+        self.in_queue: list[list[Trajectory]] = []
         self.landed: list[str] = []
         self.handed_out: list[str] = []
 
@@ -75,7 +75,7 @@ class _GatedWorker(SlowLearner):
             self.playing.append(_group(task, version))
         if self.playing and not self.dead_workers:
             group = self.playing.pop(0)
-            self.queued.append(group)
+            self.in_queue.append(group)
             self.gate.landed(0, self.life)
             self.landed.append(group[0].task_id)
         if self.learning and self.learner_steps + 1 == self.dies_at:
@@ -85,9 +85,9 @@ class _GatedWorker(SlowLearner):
     async def take_groups(self, most: int, timeout_s: float) -> list[list[Trajectory]]:
         await asyncio.sleep(0)
         await self._play()
-        if not self.queued:
+        if not self.in_queue:
             raise TimeoutError("no trajectory arrived")
-        got, self.queued = self.queued[:most], self.queued[most:]
+        got, self.in_queue = self.in_queue[:most], self.in_queue[most:]
         for _ in range(40):  # fetched from the object store, longer than a learner step
             await asyncio.sleep(0)
         self.handed_out += [group[0].task_id for group in got]
@@ -127,7 +127,7 @@ def test_a_worker_lost_while_the_next_batch_is_assembled_loses_no_group(tmp_path
     trained = [json.loads(line)["task_id"] for line in lines][::2]
     assert trained == worker.handed_out, "every group taken off the queue trained, once"
     assert len(set(trained)) == len(trained) == 8
-    queued = [group[0].task_id for group in worker.queued]
+    queued = [group[0].task_id for group in worker.in_queue]
     assert worker.landed == trained + queued, "every group queued trained or still queued"
     assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
     gate = worker.gate

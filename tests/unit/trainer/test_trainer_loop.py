@@ -174,7 +174,8 @@ def test_a_dead_rollout_worker_is_replaced_and_the_run_goes_on(tmp_path: Path) -
     assert len(clusters.made) == 1, "the same session goes on"
     assert [(ranks, version) for ranks, version, _ in cluster.replaced] == [([0], 3)]
     assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=2)
-    assert summary.to_json()["faults"] == {"seen": 1, "survived": 1, "episodes_lost": 2}
+    faults = {"seen": 1, "survived": 1, "episodes_lost": 2, "episodes_kept": 0}
+    assert summary.to_json()["faults"] == faults
     assert any(line.startswith("rollout worker 0 died (ProcessDied: killed)") for line in said)
     assert (
         "rollout worker 0 replaced, its engine at policy version 3; 2 episode(s) in flight "
@@ -216,7 +217,8 @@ def test_a_dead_learner_restarts_from_the_last_checkpoint(tmp_path: Path) -> Non
     assert clusters.started_at == [0, 4], "a new session from the checkpoint"
     assert clusters.made[0].closed, "the dead learner's session is closed"
     assert clusters.made[1].learner_steps == 6
-    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=4)
+    # The groups the driver held when the learner died (the batch it died on) go on with it.
+    assert summary.faults == FaultCounts(seen=1, survived=1, episodes_lost=4, episodes_kept=4)
     assert (
         "the learner died (ProcessDied: the learner died); restarting it from the last "
         "checkpoint" in said
@@ -249,7 +251,9 @@ def test_learner_restarts_past_their_budget_stop_the_run(tmp_path: Path) -> None
         trainer.run()
     assert len(clusters.made) == 2 and all(c.closed for c in clusters.made)
     assert _trained(tmp_path) == [1, 2]
-    assert trainer.faults.counts == FaultCounts(seen=2, survived=1, episodes_lost=4)
+    assert trainer.faults.counts == FaultCounts(
+        seen=2, survived=1, episodes_lost=4, episodes_kept=4
+    )
     assert any("run.max_learner_restarts=1): stopping the run" in line for line in said)
 
 
