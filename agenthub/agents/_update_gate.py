@@ -25,7 +25,8 @@ class UpdateGate:
     `begin` waits for the requests in flight to finish on the old weights, and `end` only
     drops the prefix cache. `fail` ends a round that failed part-way: paused requests are
     aborted (their callers see the engine's error, not a cut reply) and the held ones let
-    through, to be refused by the engine.
+    through, to be refused by the engine. `hold` ends a round that failed part-way but may be
+    repaired: the requests stay held (and paused) until a new round ends.
 
     Rounds nest: a round begun inside another (a weight sync while a colocated engine sleeps,
     `VLLMEngine.sleep`) neither pauses nor resumes anything; the outer round's `end` does."""
@@ -67,7 +68,7 @@ class UpdateGate:
                 self._updating = True
                 if not keep:
                     await self._changed.wait_for(lambda: self._in_flight == 0)
-            if keep:
+            if keep and not self._paused:  # paused still after a round `hold` ended
                 await self.llm.pause_generation(mode="keep", clear_cache=False)
                 self._paused = True
             self._depth = 1
@@ -94,6 +95,15 @@ class UpdateGate:
                 self._paused = False
         finally:
             await self._release()
+
+    async def hold(self) -> None:
+        """The round failed part-way, to be repaired by a new one: it ends, but the requests
+        stay held, and those in flight paused, until a new round ends."""
+        self._depth = max(self._depth - 1, 0)
+
+    async def release(self) -> None:
+        """Let every held request through (the engine is closing: they find it closed)."""
+        await self._release()
 
     async def _release(self) -> None:
         self._depth = 0

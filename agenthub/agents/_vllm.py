@@ -23,6 +23,7 @@ from typing import Any
 from agenthub._tracebacks import described
 from agenthub.agents._engine import FinishReason, Generation, InferenceEngine, SamplingParams
 from agenthub.agents._errors import EngineError
+from agenthub.agents._transfer_rounds import TransferRounds
 from agenthub.agents._update_gate import UpdateGate, WeightUpdate
 
 __all__ = ["VLLMEngine"]
@@ -389,11 +390,10 @@ class VLLMEngine(InferenceEngine):
         self._max_model_len = int(self._llm.model_config.max_model_len)
         self._closed = False
         self._updates = UpdateGate(self._llm, weight_update)
-        self._incoming = 0  # the policy version of the weight-transfer round under way
-        self._round: str | None = None  # that round "started", or its weights "received"
+        self._rounds = TransferRounds(self._llm, self._updates, self.set_policy_version)
         self.spanning_generations = 0
         """Generations that a weight-transfer round landed in the middle of (`keep`)."""
-        self._broken: str | None = None  # why requests are refused after a failed round
+        self._broken: str | None = None  # why requests are refused after a failed sleep
         # An engine still open when the interpreter exits is shut down then, before anything
         # waits for its processes. vLLM shuts its engine core down from a finalizer, but
         # multiprocessing's exit hook waits for the core's process first wherever a finalizer
@@ -415,8 +415,11 @@ class VLLMEngine(InferenceEngine):
     async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
 
         self._check_open("generate")
-        async with self._updates.request():  # a weight sync in progress holds it back
-            self._check_open("generate")  # the sync may have failed part-way
+        # A weight sync in progress holds it back, and one that failed part-way until a new
+        # round repairs the weights.
+        async with self._updates.request():
+            self._check_open("generate")
+            self._check_weights()  # an outer round (a sleep) may let it through unrepaired
             return await self._generate(prompt_ids, sampling)
 
     async def _generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
@@ -450,7 +453,7 @@ class VLLMEngine(InferenceEngine):
             if compat.is_engine_dead(exc):
                 raise EngineError(f"the vLLM engine died: {exc}") from exc
             raise
-        if self._broken is not None:  # a failed round aborted the request part-way
+        if self._broken is not None:  # a failed sleep aborted the request part-way
             raise EngineError(self._broken)
         if final is None or not final.outputs:
             raise EngineError("vLLM finished the request without an output")
@@ -477,6 +480,7 @@ class VLLMEngine(InferenceEngine):
         from agenthub.agents import _vllm_compat as compat
 
         self._check_open("update_weights")
+        self._check_weights()  # its drain would wait for ever on requests a failed round paused
         self._check_version(version)
         await self._updates.begin(drain=True)
         try:
@@ -492,12 +496,11 @@ class VLLMEngine(InferenceEngine):
     async def init_weight_transfer(self, init_info: dict[str, Any]) -> None:
         """Join a trainer's weight-transfer group (vLLM's `init_weight_transfer_engine`,
         `init_info` as the backend takes it). The engine must have been built with
-        `weight_transfer=` that backend; this waits until the trainer joins too."""
-        from agenthub.agents import _vllm_compat as compat
-
+        `weight_transfer=` that backend; this waits until the trainer joins too. An engine
+        whose last round failed part-way (a peer of the old group died) joins a new group so,
+        and the next whole round repairs it: until then it holds its requests."""
         self._check_open("init_weight_transfer")
-        await self._end_abandoned_round()
-        await compat.init_weight_transfer(self._llm, init_info)
+        await self._rounds.join(init_info)
 
     async def start_weight_update(self, version: int) -> None:
         """Begin a weight-transfer round for policy `version`: new requests wait, those in
@@ -506,38 +509,18 @@ class VLLMEngine(InferenceEngine):
         requests through again."""
         self._check_open("start_weight_update")
         self._check_version(version)
-        await self._updates.begin()
-        try:
-            await self._llm.start_weight_update()
-        except BaseException as exc:
-            await self._fail_round(exc)
-            raise
-        self._incoming, self._round = version, "started"
+        await self._rounds.start(version)
 
     async def receive_weights(self, update_info: dict[str, Any]) -> None:
         """Receive one round's weights from the trainer's broadcast (vLLM's `update_weights`);
         returns once they are loaded."""
-        from agenthub.agents import _vllm_compat as compat
-
-        try:
-            await compat.update_weights(self._llm, update_info)
-        except BaseException as exc:
-            await self._fail_round(exc)
-            raise
-        self._round = "received"
+        await self._rounds.receive(update_info)
 
     async def finish_weight_update(self) -> None:
         """End the round: vLLM finalizes the loaded weights, cached KV blocks (computed by the
         old ones) are dropped, the requests in flight (`keep`) are recomputed on the new
         weights and go on, and new requests go on under the round's policy version."""
-        try:
-            await self._llm.finish_weight_update()
-            self.set_policy_version(self._incoming)
-            await self._updates.end()
-        except BaseException as exc:
-            await self._fail_round(exc)
-            raise
-        self._round = None
+        await self._rounds.finish()
 
     async def sleep(self, level: int = 2) -> None:
         """Free the engine's GPU memory for another tenant of its GPU (`ray.colocate`): new
@@ -566,27 +549,14 @@ class VLLMEngine(InferenceEngine):
         if tags is None or "kv_cache" in tags:
             await self._updates.end()  # cached KV was the old weights': recomputed
 
-    async def _end_abandoned_round(self) -> None:
-        """End a round its trainer left between calls (another engine of its group died): the
-        weights it holds, old or wholly received, stand under their own version, and the
-        requests it held go on."""
-        if self._round is None:
-            return
-        await self._llm.finish_weight_update()
-        if self._round == "received":
-            self.set_policy_version(self._incoming)
-        self._round = None
-        await self._updates.end()
-
     async def _fail_round(self, exc: BaseException) -> None:
-        """A round that failed part-way leaves weights that are neither the old nor the new
-        ones: the engine refuses requests from then on, the held ones included."""
+        """A sleep that failed part-way leaves weights that may be neither the old nor the
+        new ones: the engine refuses requests from then on, the held ones included."""
         from agenthub.agents import _vllm_compat as compat
 
-        self._round = None
         self._broken = (
-            f"a weight sync failed part-way ({described(exc)}), so the engine's "
-            "weights are neither the old nor the new ones; start a new engine (a training run "
+            f"putting the engine to sleep failed part-way ({described(exc)}), so the engine's "
+            "weights may be neither the old nor the new ones; start a new engine (a training run "
             "resumes from its last checkpoint with --resume)"
         )
         try:
@@ -601,6 +571,10 @@ class VLLMEngine(InferenceEngine):
                 f"policy version may only grow: at {self.policy_version}, got {version}"
             )
 
+    def _check_weights(self) -> None:
+        if self._rounds.broken is not None:
+            raise EngineError(self._rounds.broken)
+
     def _check_open(self, what: str) -> None:
         if self._closed:
             raise EngineError(f"{what}() on a closed vLLM engine")
@@ -608,7 +582,11 @@ class VLLMEngine(InferenceEngine):
             raise EngineError(self._broken)
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        updates = self._updates
         self._shutdown()
+        await updates.release()  # requests a failed round held find the engine closed
 
     def _shutdown(self) -> None:
         if not self._closed:

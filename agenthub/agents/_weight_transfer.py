@@ -147,8 +147,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         super().__init__(*args, **kwargs)
         self.group: torch.distributed.ProcessGroup | None = None
         self.chunk_bytes = CHUNK_BYTES
+        self.reloading = False  # a layerwise reload begun and not finalized
 
     def init_transfer_engine(self, init_info: GlooInitInfo) -> None:
+        self.shutdown()  # a new group (the old one lost a peer): the old one's sockets go
         config = self.parallel_config
         rank = config.data_parallel_index * config.world_size + config.rank
         self.chunk_bytes = init_info.chunk_bytes
@@ -161,10 +163,17 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
         )
 
     def start_weight_update(self) -> None:
+        if self.reloading:
+            # The last round was cut off part-way: vLLM's reload would skip the layers it left
+            # loaded in part and count the new round's weights on top of theirs, processing
+            # them before they are all in. Finalized first, every layer starts afresh.
+            end_layerwise_reload(self.model, self.model_config)
         begin_layerwise_reload(self.model)
+        self.reloading = True
 
     def finish_weight_update(self) -> None:
         end_layerwise_reload(self.model, self.model_config)
+        self.reloading = False
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
         # The base class ends with an accelerator synchronize, which fails without one.

@@ -5,13 +5,16 @@ equal transformers' on them) under the new policy version."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import concurrent.futures
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agenthub.agents import EngineError, SamplingParams, VLLMEngine
+from agenthub.agents._vllm_compat import WeightSource
+from agenthub.trainer._weight_sync import EngineClient
 
 pytestmark = pytest.mark.integration
 PROMPT = [5, 17, 40, 41, 99, 120]
@@ -134,17 +137,79 @@ def test_learner_broadcasts_its_zero3_weights_into_vllm_over_gloo(tied_model: Pa
             assert (await engine.generate(PROMPT, SAMPLING)).policy_version == 1, "still serving"
             sender.shutdown()
 
-            # A round that fails once weights may have started to change leaves the engine
-            # refusing requests with the reason, rather than serving a half-loaded model.
-            await engine.start_weight_update(2)
-            with pytest.raises(Exception, match="differ in length"):
-                await engine.receive_weights({"names": ["x"], "dtype_names": [], "shapes": []})
+            # A broadcast cut off part-way (here the trainer stops sending and closes the
+            # group: the worker's receive fails, as when a peer dies) leaves the engine with
+            # some layers loaded, one in part: it holds requests rather than serve them,
+            # until a new group sends it a whole round.
+            cut = GlooTrainerInitInfo(
+                master_address="127.0.0.1",
+                master_port=_free_port(),
+                world_size=2,
+                rank=0,
+                chunk_bytes=1,  # the worker loads each tensor as it comes
+                timeout_s=10.0,
+            )
+            watched = Watched(engine, asyncio.get_running_loop())
+            sender = await asyncio.to_thread(
+                trainer_weight_transfer, cut, client=watched, source=Halting(source)
+            )
+            watched.version = 2
+            with pytest.raises(ValueError, match="ended before"):
+                await asyncio.to_thread(sender.send_weights)
+            sender.shutdown()
+            held = asyncio.create_task(engine.generate(PROMPT, SAMPLING))
+            assert watched.received is not None
+            with pytest.raises(Exception, match="(?i)connection|closed|timed out|peer"):
+                await asyncio.wait_for(asyncio.wrap_future(watched.received), timeout=60)
             with pytest.raises(EngineError, match="weight sync failed part-way"):
-                await engine.generate(PROMPT, SAMPLING)
+                await engine.start_weight_update(2)  # not on the group that failed
+            assert not held.done()
+            info = GlooTrainerInitInfo(
+                master_address="127.0.0.1", master_port=_free_port(), world_size=2, rank=0
+            )
+            sender = await asyncio.to_thread(
+                trainer_weight_transfer, info, client=client, source=source
+            )
+            client.version = 2
+            await asyncio.to_thread(sender.send_weights)
+            repaired = await held
+            assert repaired.policy_version == 2
+            expected = transformers_logprobs(tied_model, state, PROMPT, repaired.token_ids)
+            assert list(repaired.logprobs) == pytest.approx(expected, abs=1e-3), "whole weights"
+            sender.shutdown()
         finally:
             await engine.aclose()
 
     asyncio.run(scenario())
+
+
+class Halting(WeightSource):
+    """`source`'s weights, ending right after the first `q_proj` (loaded by the workers while
+    the `k_proj` and `v_proj` fused with it are not)."""
+
+    def __init__(self, source: WeightSource) -> None:
+        self.source = source
+
+    def metadata(self) -> list[Any]:
+        return self.source.metadata()  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for name, tensor in self.source:
+            yield name, tensor
+            if "q_proj" in name:
+                return
+
+
+class Watched(EngineClient):
+    """The engine's client, keeping the receive of the round under way."""
+
+    received: concurrent.futures.Future[None] | None = None
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        self.received = asyncio.run_coroutine_threadsafe(
+            self.engine.receive_weights(update_info), self.loop
+        )
+        self.received.result()
 
 
 def _split_point(got: list[float], old: list[float], new: list[float]) -> int | None:
