@@ -14,6 +14,7 @@ from agenthub.agents._chat import ChatTokenizer
 from agenthub.agents._config import RolloutConfig
 from agenthub.agents._endpoint_episode import EndpointEpisode
 from agenthub.agents._engine import InferenceEngine
+from agenthub.agents._loopback import Loopback
 from agenthub.agents._openai_endpoint import OpenAIEndpoint
 from agenthub.agents._trajectory import EpisodeError, Timings, Trajectory
 from agenthub.envs.agent_program import AgentProgramEnv, ProgramError
@@ -27,8 +28,10 @@ class ProgramPlayer:
     never mix).
 
     An episode: open an endpoint episode, run the program with an `openai.AsyncOpenAI`
-    client on that episode's base URL (in-process, no socket), close the endpoint episode, and
-    score the program's result. The trajectory holds every segment's tokens in order, with
+    client on that episode's base URL (in-process, no socket) or, for a `command=` program,
+    run the command against the episode's base URL on a loopback HTTP server (`Loopback`:
+    up while command episodes run), close the endpoint episode, and score the program's
+    result. The trajectory holds every segment's tokens in order, with
     `segments` marking where each later one starts; the reward is the episode's, shared by
     its segments. A failure is typed: the engine's (`generation_error`/`_timeout`, even when
     the program caught the HTTP error), the program's (`env_error`: raised, over budget, no
@@ -41,6 +44,7 @@ class ProgramPlayer:
         self.endpoint = OpenAIEndpoint(engine, chat, config)
         self.config = config
         self.env_id = env_id
+        self.loopback = Loopback(self.endpoint.app)
 
     async def play(
         self, env: AgentProgramEnv, task: Task, sample: int, seed: int | None
@@ -50,9 +54,8 @@ class ProgramPlayer:
         error: EpisodeError | None = None
         result: Any = None
         try:
-            client = self.endpoint.openai_client(episode.key)
             try:
-                result = await env.run_program(task, client)
+                result = await self._run(env, task, episode.key)
             except ProgramError as exc:
                 error = EpisodeError(cause="env_error", message=str(exc))
         finally:
@@ -78,6 +81,12 @@ class ProgramPlayer:
             total_s=time.perf_counter() - started,
         )
         return _trajectory(self.env_id, task, sample, episode, step, error, timings)
+
+    async def _run(self, env: AgentProgramEnv, task: Task, key: str) -> Any:
+        if env.command is None:
+            return await env.run_program(task, self.endpoint.openai_client(key))
+        async with self.loopback.origin() as origin:
+            return await env.run_command(task, self.endpoint.base_url(key, origin))
 
     async def _score(
         self, env: AgentProgramEnv, task: Task, result: Any

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -14,6 +15,7 @@ from agenthub._errors import AgentHubError
 from agenthub._registry import make
 from agenthub._tracebacks import described, raised_at
 from agenthub._types import Message, Step, Task
+from agenthub.envs.agent_program._command import describe_failure, run_command
 
 __all__ = ["AgentProgramEnv", "ProgramError"]
 
@@ -36,6 +38,13 @@ class AgentProgramEnv(Env[list[Message]]):
     (`verifier="code_exec", verifier_kwargs={"max_turns": 1}` runs the returned code against
     the task's tests). Tasks come from the verifier's `tasks` or from a task file.
 
+    Or `command="python my_agent.py"` (split like a shell would, but run without one): a
+    program in any language, run as a subprocess per episode with `OPENAI_BASE_URL` (that
+    episode's base URL on a loopback HTTP server) and `OPENAI_API_KEY` set, the task as JSON
+    (`Task.model_dump_json`) on its stdin; its result is its stdout, stripped. A non-zero exit
+    or a budget overrun (its process group is killed) is an `env_error` with the tail of its
+    stderr.
+
     How it plugs in: the episode runner owns the engine, so it plays this env itself instead
     of calling `reset` and `step` (which refuse). For each episode it opens an episode on its
     OpenAI-compatible endpoint (`agenthub.agents.OpenAIEndpoint`), hands `run_program` an
@@ -48,7 +57,8 @@ class AgentProgramEnv(Env[list[Message]]):
     def __init__(
         self,
         *,
-        program: str,
+        program: str | None = None,
+        command: str | None = None,
         reward: str | None = None,
         verifier: str | None = None,
         verifier_kwargs: dict[str, Any] | None = None,
@@ -61,12 +71,25 @@ class AgentProgramEnv(Env[list[Message]]):
             )
         if budget_s <= 0:
             raise ValueError(f"budget_s must be positive, got {budget_s}")
-        self.program = _load(program, "program")
-        if not inspect.iscoroutinefunction(self.program):
+        if (program is None) == (command is None):
             raise ValueError(
-                f"program {program!r} must be `async def agent(client, task)`, got a "
-                f"{type(self.program).__name__} that is not a coroutine function"
+                "agent_program runs program=package.module:function (an `async def agent("
+                'client, task)`) or command="python my_agent.py" (a subprocess): give one'
             )
+        self.program: Callable[..., Any] | None = None
+        self.command: list[str] | None = None
+        if command is not None:
+            self.command = shlex.split(command)
+            if not self.command:
+                raise ValueError('command= is empty; give the program to run, e.g. "python a.py"')
+        else:
+            assert program is not None
+            self.program = _load(program, "program")
+            if not inspect.iscoroutinefunction(self.program):
+                raise ValueError(
+                    f"program {program!r} must be `async def agent(client, task)`, got a "
+                    f"{type(self.program).__name__} that is not a coroutine function"
+                )
         self.reward = None if reward is None else _load(reward, "reward")
         self.verifier = verifier
         self.verifier_kwargs = dict(verifier_kwargs or {})
@@ -88,6 +111,7 @@ class AgentProgramEnv(Env[list[Message]]):
     async def run_program(self, task: Task, client: Any) -> Any:
         """Run the program on `task` with `client`; its result, or `ProgramError` saying why
         there is none."""
+        assert self.program is not None, "a command= program runs with run_command"
         with anyio.move_on_after(self.budget_s) as scope:
             try:
                 return await self.program(client, task)
@@ -100,6 +124,23 @@ class AgentProgramEnv(Env[list[Message]]):
             f"the agent program ran past its budget of {self.budget_s} s (budget_s) and was "
             "cancelled; give it a larger budget_s or make it finish sooner"
         )
+
+    async def run_command(self, task: Task, base_url: str) -> str:
+        """Run the command on `task` against `base_url`; its stdout stripped, or
+        `ProgramError` saying why there is none."""
+        assert self.command is not None, "a program= program runs with run_program"
+        try:
+            status, out, err = await run_command(
+                self.command, task.model_dump_json(), base_url, self.budget_s
+            )
+        except OSError as exc:
+            raise ProgramError(
+                f"cannot start the agent command {self.command!r} ({described(exc)}); is it "
+                "installed and on PATH?"
+            ) from exc
+        if status != 0:
+            raise ProgramError(describe_failure(self.command, status, self.budget_s, err))
+        return out.strip()
 
     async def score(self, task: Task, result: Any) -> Step[list[Message]]:
         """The episode's reward for the program's `result`: `reward(task, result)`, or one

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import shlex
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +167,60 @@ def test_segments_must_lie_inside_the_tokens() -> None:
         Trajectory(**base, segments=[3])  # type: ignore[arg-type]
     halves = Trajectory(**base, segments=[2]).segment_trajectories()  # type: ignore[arg-type]
     assert [h.tokens for h in halves] == [[1, 2], [3]]
+
+
+def command_runner(
+    engine: FakeEngine, chat: ChatTokenizer, command: str, **kwargs: object
+) -> EpisodeRunner:
+    env_kwargs = {"command": command, "reward": f"{PROGRAMS}:task_reward", **kwargs}
+    config = RolloutConfig(sampling=SamplingParams(max_tokens=64), concurrency=8)
+    return EpisodeRunner(engine, chat, ENV, config, env_kwargs=env_kwargs)
+
+
+def command(script: str) -> str:
+    return shlex.join([sys.executable, "-c", script])
+
+
+async def test_a_command_runs_against_the_endpoint_over_loopback_http(
+    chat: ChatTokenizer,
+) -> None:
+    engine = echo_engine(chat)
+    agent = shlex.join([sys.executable, str(Path(__file__).with_name("_command_agent.py"))])
+    tasks = [Task(id="t7", prompt="-", label="t7"), Task(id="t8", prompt="-", label="nope")]
+    trajectories = await command_runner(engine, chat, agent).collect(tasks)
+    assert sorted((t.task_id, t.reward) for t in trajectories) == [("t7", 1.0), ("t8", 0.0)]
+    for t in trajectories:
+        assert t.error is None and t.num_turns == 1
+        assert token_differences(t, engine) == 0
+        assert chat.decode_all(t.tokens).count(f"ok {t.task_id}") == 1
+
+
+@pytest.mark.parametrize(
+    ("script", "budget_s", "says"),
+    [
+        (
+            "import sys; sys.stderr.write('no API key found'); sys.exit(3)",
+            30.0,
+            "exited with status 3",
+        ),
+        ("import time; time.sleep(60)", 0.5, "ran past its budget of 0.5 s"),
+        ("print('done')", 30.0, "returned without calling the model"),
+    ],
+)
+async def test_a_failing_command_is_an_env_error_with_its_cause(
+    chat: ChatTokenizer, script: str, budget_s: float, says: str
+) -> None:
+    engine = echo_engine(chat)
+    run = command_runner(engine, chat, command(script), budget_s=budget_s)
+    [t] = await run.collect([Task(id="t9", prompt="-", label=1)])
+    assert t.error is not None and t.error.cause == "env_error"
+    assert says in t.error.message
+    if "status 3" in says:
+        assert "no API key found" in t.error.message
+
+
+def test_program_and_command_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="give one"):
+        agenthub.make(
+            ENV, program=f"{PROGRAMS}:react", command="x", reward=f"{PROGRAMS}:task_reward"
+        )
