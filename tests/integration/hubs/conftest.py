@@ -25,8 +25,15 @@ else:
     import tomli as tomllib
 
 
+# Venvs for another release of a hub than the extra pins, by name.
+RELEASES = {"verifiers04": ["verifiers==0.4.0"]}
+
+
 def extra_requirements(extra: str) -> list[str]:
-    """The pinned requirements of one of agenthub's extras, as pyproject.toml lists them."""
+    """The pinned requirements of one of agenthub's extras, as pyproject.toml lists them
+    (or of a release named in `RELEASES`)."""
+    if extra in RELEASES:
+        return RELEASES[extra]
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     return list(project["optional-dependencies"][extra])
 

@@ -15,14 +15,14 @@ from agenthub._returns import READ_AHEAD, checked_tasks
 from agenthub._types import Message, Task
 from agenthub.envs.verifiers._bridge import legacy
 
-__all__ = ["load_environment"]
+__all__ = ["classic_environment"]
 
 ENV_KEY = "agenthub_env"
 REWARDS_KEY = "agenthub_rewards"
 SCORE_KEY = "agenthub_score"
 
 
-def load_environment(
+def classic_environment(
     env_id: str,
     *,
     num_examples: int | None = None,
