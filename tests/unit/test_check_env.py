@@ -205,15 +205,19 @@ def test_a_busy_machine_does_not_fail_a_correct_env_and_a_sleep_still_does() -> 
     try:
         for cpu, process in zip(sorted(os.sched_getaffinity(0)), busy, strict=True):
             os.sched_setaffinity(process.pid, {cpu})
-        trivial = _checked_at_the_back_of_the_queue(_envs.CountdownEnv(), max_block_s=0.1)
-        sleeps = _checked_at_the_back_of_the_queue(_envs.BlockingEnv("step", 0.3), 0.1)
+        # The default limit, as the failing CI run had it. What is still counted against the
+        # env is its loop waiting for the GIL held by another of the process's threads while
+        # that one waits for a CPU (agenthub/testing/_held.py): after a few hundred tests this
+        # process has such threads, and at 0.1 s that alone failed the trivial env once.
+        trivial = _checked_at_the_back_of_the_queue(_envs.CountdownEnv(), max_block_s=0.25)
+        sleeps = _checked_at_the_back_of_the_queue(_envs.BlockingEnv("step", 0.4), 0.25)
     finally:
         for process in busy:
             process.kill()
             process.wait()
     assert trivial == "passed"
     blocked = re.search(r"step #1 .* blocked the event loop for ([0-9.]+) s", sleeps)
-    assert blocked and float(blocked[1]) >= 0.3, sleeps
+    assert blocked and float(blocked[1]) >= 0.4, sleeps
 
 
 def test_the_held_clock_counts_a_sleep_and_not_a_garbage_collection() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import urllib.error
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,18 @@ async def test_call_foreign_runs_off_the_loop_and_types_what_it_raises() -> None
         await call_foreign("pkg", "moving", broken)
 
 
+@pytest.fixture
+def fake_verifiers_forgotten() -> Iterator[None]:
+    """The fake verifiers packages a test imports leave `sys.modules` with it: a later test
+    would find them as the installed verifiers."""
+    before = set(sys.modules)
+    yield
+    for name in [m for m in sys.modules if m == "verifiers" or m.startswith("verifiers.")]:
+        if name not in before:
+            del sys.modules[name]
+
+
+@pytest.mark.usefixtures("fake_verifiers_forgotten")
 def test_a_verifiers_without_the_classic_api_is_named_with_its_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -95,6 +108,7 @@ def test_no_verifiers_at_all_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
     )
 
 
+@pytest.mark.usefixtures("fake_verifiers_forgotten")
 def test_a_verifiers_with_another_v1_is_named_with_its_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
