@@ -30,22 +30,10 @@ class Recorded(EnvReward):
 
 
 def test_grpo_trainer_takes_two_steps_on_math(tmp_path: Path) -> None:
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     reward = Recorded("math")
-    config = GRPOConfig(
-        output_dir=str(tmp_path),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=24,
-        learning_rate=1e-5,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        seed=0,
-    )
+    config = two_cpu_steps(tmp_path, max_completion_length=24)
     trainer = GRPOTrainer(
         model=str(ensure_default_model()),
         reward_funcs=[reward],
@@ -58,3 +46,22 @@ def test_grpo_trainer_takes_two_steps_on_math(tmp_path: Path) -> None:
     for entry, rewards in zip(logged, reward.calls, strict=True):
         assert len(rewards) == 4 and set(rewards) <= {0.0, 1.0}
         assert entry["rewards/agenthub_math/mean"] == pytest.approx(statistics.mean(rewards))
+
+
+def two_cpu_steps(output_dir: Path, max_completion_length: int) -> Any:
+    """TRL's `GRPOConfig` for 2 steps on the CPU: 4 prompts of 4 generations, nothing saved."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=max_completion_length,
+        learning_rate=1e-5,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+    )

@@ -14,6 +14,8 @@ import pytest
 from agenthub.agents.default_model import ensure_default_model
 from agenthub.integrations.trl import EnvRollout
 
+from .inside_integration_trl import two_cpu_steps
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
@@ -31,24 +33,12 @@ class Recorded(EnvRollout):
 
 
 def test_grpo_trainer_takes_two_steps_on_a_multi_turn_env(tmp_path: Path) -> None:
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from agenthub.integrations.trl import env_reward
 
     rollout = Recorded("math", max_attempts=2, max_turns=2, max_reply_tokens=24)
-    config = GRPOConfig(
-        output_dir=str(tmp_path),
-        max_steps=2,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=128,
-        learning_rate=1e-5,
-        logging_steps=1,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="no",
-        seed=0,
-    )
+    config = two_cpu_steps(tmp_path, max_completion_length=128)
     trainer = GRPOTrainer(
         model=str(ensure_default_model()),
         reward_funcs=[env_reward],
