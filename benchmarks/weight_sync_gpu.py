@@ -54,20 +54,12 @@ def build_model(out: Path) -> tuple[Path, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from tests.tiny_model import build_tokenizer
+    from tests.tiny_model import QWEN25_05B_BODY, build_tokenizer
 
     build_tokenizer(out)
     config = Qwen2Config(
         vocab_size=151936,
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        rope_theta=1e6,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
+        **QWEN25_05B_BODY,
         torch_dtype="bfloat16",
     )
     torch.manual_seed(0)

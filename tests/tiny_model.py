@@ -17,6 +17,20 @@ CHAT_TEMPLATE = (
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
+# Qwen2.5-0.5B's shape less its vocabulary, for the random models of the GPU tests and
+# benchmarks (`transformers.Qwen2Config(vocab_size=..., **QWEN25_05B_BODY)`).
+QWEN25_05B_BODY: dict[str, Any] = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 4096,
+    "rope_theta": 1e6,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+
 _CORPUS = [
     "You are a helpful assistant.",
     "Count down with me. Start at 3. What is 2 + 2? The answer is 4.",

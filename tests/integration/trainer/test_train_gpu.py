@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the trainer needs the train extra")
 transformers = pytest.importorskip("transformers", reason="the trainer needs the train extra")
 
-from tests.tiny_model import build_tokenizer  # noqa: E402
+from tests.tiny_model import QWEN25_05B_BODY, build_tokenizer  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.gpu, pytest.mark.timeout(1800)]
 
@@ -29,15 +29,7 @@ def _model(out: Path) -> Path:
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     config = transformers.Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=896,
-        intermediate_size=4864,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        rope_theta=1e6,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
+        **QWEN25_05B_BODY,
         eos_token_id=eos,
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="bfloat16",
