@@ -17,7 +17,7 @@ import pytest
 import agenthub
 from agenthub import CheckEnvError, Env, Message, Step, Task, TaskFileError
 from agenthub.testing import acheck_env, check_env
-from agenthub.testing._held import HeldClock
+from agenthub.testing._held import HeldClock, _run_queue_s
 from agenthub.wrappers import TurnLimit
 
 from . import _envs
@@ -172,50 +172,78 @@ def test_a_call_that_blocks_the_event_loop_is_reported(where: str, call: str, fi
         check_env(_envs.BlockingEnv(where))
 
 
-def _checked_at_the_back_of_the_queue(env: Env, max_block_s: float) -> str:  # type: ignore[type-arg]
-    """`check_env`'s verdict on `env` in a thread pinned to our first CPU at the lowest
-    priority (its watchdog thread inherits both), while a busy loop there takes nearly all."""
-    verdict = ["the check never ended"]
+class _StarvesItsLoop:
+    """Mixed in before an env: its first `reset` pins the thread it runs on (the event loop's)
+    to our first CPU at the lowest priority, behind a busy loop there. Only that thread: the
+    check's watchdog, started before, and the process's other threads keep their CPUs and
+    priority. (Starved too, a thread holding the GIL would keep the loop waiting for it, which
+    no clock can take out, agenthub/testing/_held.py: the test's doing, not a busy machine's.)"""
 
-    def check() -> None:
+    async def reset(self, task: Task, *, seed: int | None = None) -> Any:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # 0: the calling thread
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        task = next(iter(env.tasks("train")))
+        return await super().reset(task, seed=seed)  # type: ignore[misc]
+
+
+class _StarvedCountdown(_StarvesItsLoop, _envs.CountdownEnv):
+    pass
+
+
+class _StarvedSleep(_StarvesItsLoop, _envs.BlockingEnv):
+    pass
+
+
+BUSY_S = 2.0  # how long each core is kept busy: the starved loop barely runs meanwhile
+
+
+def _checked_while_the_cores_are_busy(env: Env[Any]) -> tuple[str, float]:
+    """`check_env`'s verdict on `env` at the default `max_block_s` (0.25 s), on a thread of its
+    own, while a busy loop runs on each core for `BUSY_S`; and how long that thread waited for
+    a CPU meanwhile."""
+    spin = "import time\nend = time.monotonic() + {}\nprint(flush=True)\n"
+    spin += "while time.monotonic() < end: pass"
+    cpus = sorted(os.sched_getaffinity(0))
+    busy = [
+        subprocess.Popen([sys.executable, "-c", spin.format(BUSY_S)], stdout=subprocess.PIPE)
+        for _ in cpus
+    ]
+    verdict, waited = ["the check never ended"], [0.0]
+
+    def check() -> None:
+        before = _run_queue_s(threading.get_native_id())
         try:
-            check_env(env, tasks=[task], max_block_s=max_block_s)
+            check_env(env, tasks=[next(iter(env.tasks("train")))])
             verdict[0] = "passed"
         except CheckEnvError as exc:
             verdict[0] = str(exc)
+        waited[0] = _run_queue_s(threading.get_native_id()) - before
 
-    checker = threading.Thread(target=check)
-    checker.start()
-    checker.join()
-    return verdict[0]
-
-
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux's scheduler calls")
-def test_a_busy_machine_does_not_fail_a_correct_env_and_a_sleep_still_does() -> None:
-    # A trivial env failed with "step #1 ... blocked the event loop for 0.61 s" on a CI machine
-    # busy with other work. Here a busy loop keeps each core busy and the check runs behind
-    # them, so its loop waits for a CPU far longer than the limit, again and again: that wait
-    # is the machine's, while the other env's `time.sleep` is its own.
-    check_env(_envs.CountdownEnv())  # its first run imports and compiles: not at 1% of a CPU
-    spin = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
-    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in sorted(os.sched_getaffinity(0))]
     try:
-        for cpu, process in zip(sorted(os.sched_getaffinity(0)), busy, strict=True):
+        for cpu, process in zip(cpus, busy, strict=True):
             os.sched_setaffinity(process.pid, {cpu})
-        # The default limit, as the failing CI run had it. What is still counted against the
-        # env is its loop waiting for the GIL held by another of the process's threads while
-        # that one waits for a CPU (agenthub/testing/_held.py): after a few hundred tests this
-        # process has such threads, and at 0.1 s that alone failed the trivial env once.
-        trivial = _checked_at_the_back_of_the_queue(_envs.CountdownEnv(), max_block_s=0.25)
-        sleeps = _checked_at_the_back_of_the_queue(_envs.BlockingEnv("step", 0.4), 0.25)
+        for process in busy:  # spinning from here, so the env's first reset waits behind them
+            assert process.stdout is not None and process.stdout.readline() == b"\n"
+        checker = threading.Thread(target=check)
+        checker.start()
+        checker.join()
     finally:
         for process in busy:
             process.kill()
             process.wait()
+    return verdict[0], waited[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux's scheduler counts")
+def test_a_busy_machine_does_not_fail_a_correct_env_and_a_sleep_still_does() -> None:
+    # A trivial env failed with "step #1 ... blocked the event loop for 0.61 s" on a CI machine
+    # busy with other work. Here a busy loop keeps each core busy and the loop's thread runs
+    # behind them, so it waits for a CPU far longer than the limit: that wait is the
+    # machine's, while the other env's `time.sleep` is its own.
+    check_env(_envs.CountdownEnv())  # its first run imports and compiles
+    trivial, waited = _checked_while_the_cores_are_busy(_StarvedCountdown())
     assert trivial == "passed"
+    assert waited > 4 * 0.25, f"the loop waited only {waited:.2f} s for a CPU: no test of it"
+    sleeps, _ = _checked_while_the_cores_are_busy(_StarvedSleep("step", 0.4))
     blocked = re.search(r"step #1 .* blocked the event loop for ([0-9.]+) s", sleeps)
     assert blocked and float(blocked[1]) >= 0.4, sleeps
 
