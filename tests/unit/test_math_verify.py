@@ -91,7 +91,9 @@ def test_hanging_inputs_are_wrong_within_the_timeout(pool: VerifierPool, respons
     pool.verify("warm up", "1", timeout_s=60)  # worker start-up is not part of the timeout
     start = time.monotonic()
     assert pool.verify(response, "1", timeout_s=1.0) is False
-    assert time.monotonic() - start < 1.0 + 5.0  # generous: the CI machine is shared
+    # The hang itself is endless: any bound far from it shows the timeout cut it, and a
+    # loaded machine may take seconds to kill and replace the worker.
+    assert time.monotonic() - start < 1.0 + 30.0
 
 
 def test_the_public_verify_uses_the_shared_pool() -> None:
