@@ -55,6 +55,8 @@ def test_token_ids_in_token_ids_and_logprobs_out(vllm_server: str, default_model
 
     free, stopped = anyio.run(ask)
     assert free.finish_reason == "length" and len(free.token_ids) == 4
+    # The served directory is build_default_model's: vLLM samples ids of its vocabulary.
+    assert all(0 <= t < len(chat.tokenizer) for t in free.token_ids)
     assert free.policy_version == 4
     assert stopped.finish_reason == "stop" and stopped.token_ids == free.token_ids[:2]
     from agenthub.agents import Trajectory
