@@ -57,11 +57,12 @@ def hub_venv(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 
 
 def run_inside(
-    python: Path, module: str, timeout: float = 900, vllm_server: str | None = None
+    python: Path, module: str | list[str], timeout: float = 900, vllm_server: str | None = None
 ) -> str:
-    """Run the tests of `module` (a path under tests/) with that venv's python; assert they
-    all pass and return pytest's output. `vllm_server`: the URL of the session's `vllm serve`,
-    which the tests inside read from the environment (tests/vllm_server.py)."""
+    """Run the tests of `module` (a path under tests/, or several, in one interpreter) with
+    that venv's python; assert they all pass and return pytest's output. `vllm_server`: the
+    URL of the session's `vllm serve`, which the tests inside read from the environment
+    (tests/vllm_server.py)."""
     # A learner built earlier in this process left RANK, LOCAL_RANK and WORLD_SIZE set (for
     # DeepSpeed): a hub's trainer inside (TRL through accelerate) would read them as a launch.
     launched = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
@@ -69,7 +70,8 @@ def run_inside(
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     if vllm_server is not None:
         env[URL_VARIABLE] = vllm_server
-    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", module]
+    modules = [module] if isinstance(module, str) else module
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *modules]
     result = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )
