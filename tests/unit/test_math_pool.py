@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import anyio
 import pytest
 
-from agenthub.envs.math import VerifierPool, VerifierPoolError
+from agenthub._worker_process import close_pipes
+from agenthub.envs.math import VerifierPool, VerifierPoolError, _pool
 
 from ..conftest import REPO
 
@@ -93,6 +95,35 @@ def test_closed_pool_says_so() -> None:
     pool.close()
     with pytest.raises(VerifierPoolError, match="closed"):
         pool.verify("1", "1")
+
+
+def test_closing_the_pool_under_a_slow_verification_fails_it_without_a_thread_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # At Ctrl-C the pool's close killed the busy worker, closing its pipe under the read of
+    # the thread driving it: "Exception in thread math-verify-0 ... OSError: Bad file
+    # descriptor" joined the KeyboardInterrupt's traceback.
+    errors: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+
+    def pipes_closed_first(proc: subprocess.Popen[bytes]) -> None:
+        # The order a loaded machine gives when the driver wakes late: the pipe is closed
+        # by the time it reads.
+        close_pipes(proc)
+        proc.kill()
+        proc.wait()
+
+    monkeypatch.setattr(_pool, "kill_worker", pipes_closed_first)
+    pool = VerifierPool(1)
+    assert pool.verify("1", "1", timeout_s=60) is True
+    slow = pool.submit(r"\boxed{9^{9^{9}}}", "1", timeout_s=60)
+    while not slow.running():
+        time.sleep(0.01)
+    time.sleep(0.2)  # its driver is now reading the worker's pipe
+    pool.close(grace_s=0.1)
+    with pytest.raises(VerifierPoolError, match="closed"):
+        slow.result(timeout=30)
+    assert not errors, [str(e.exc_value) for e in errors]
 
 
 CHILD = textwrap.dedent(

@@ -79,21 +79,32 @@ class _Worker:
         return bool(reply.get("ok"))
 
     def _read_line(self, deadline: float) -> dict[str, Any]:
-        stdout: IO[bytes] = self.proc.stdout  # type: ignore[assignment]
-        fd = stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _WorkerLost("it timed out")
-            readable, _, _ = select.select([fd], [], [], remaining)
-            if readable:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    raise _WorkerLost("it exited")
-                self._buffer += chunk
+            chunk = self._read(remaining)
+            if chunk is None:
+                continue
+            if not chunk:
+                raise _WorkerLost("it exited")
+            self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+    def _read(self, timeout_s: float) -> bytes | None:
+        """What the worker wrote within `timeout_s` (None: nothing yet; b"": it is gone). The
+        pool's close kills a worker busy with a slow input from another thread, closing its
+        pipe under this read: that is the worker gone too, not an error of the pool's."""
+        stdout: IO[bytes] = self.proc.stdout  # type: ignore[assignment]
+        try:
+            fd = stdout.fileno()
+            if not select.select([fd], [], [], timeout_s)[0]:
+                return None
+            return os.read(fd, 1 << 16)
+        except (OSError, ValueError):  # closed: EBADF, or "I/O operation on closed file"
+            return b""
 
     def kill(self) -> None:
         kill_worker(self.proc)
