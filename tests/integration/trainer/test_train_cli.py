@@ -333,11 +333,22 @@ class LocalCodeExec(CodeExecEnv):
 """
 
 
+LIBRARY_LINES = (
+    "Token authentication is",  # Ray, in the driver's ray.init
+    "Setting accelerator to CPU",  # DeepSpeed, at its import in the learner actor
+    "doesn't include CPU backend",  # Triton without its CPU build, as vLLM imports it
+)
+
+
 @pytest.mark.timeout(900)
 def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) -> None:
-    # Each engine takes its own ranks after the learner's; a wrong layout fails or hangs the
-    # first broadcast. Both workers play, and their engines run synced weights. The env is a
-    # class in a module beside the person, which the Ray workers must find too.
+    """Each engine takes its own ranks after the learner's; a wrong layout fails or hangs the
+    first broadcast. Both workers play, and their engines run synced weights. The env is a
+    class in a module beside the person, which the Ray workers must find too.
+
+    The terminal shows agenthub's own lines and what the env prints: what Ray, DeepSpeed, vLLM
+    and Triton say at start-up (from the driver, the learner and rollout worker actors and the
+    engine core) is in the run's `logs/libraries.log`, and only there."""
     (tmp_path / "local_envs.py").write_text(LOCAL_ENV)
     out = tmp_path / "run"
     env = ["--env", "local_envs:LocalCodeExec"]
@@ -353,6 +364,12 @@ def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) 
     # What the run's processes print goes to stderr: stdout is the JSON summary alone.
     assert "a print in the env's reset" in done.stderr
     assert json.loads(done.stdout)["steps"] == 3, done.stdout[-3000:]
+    terminal = done.stdout + done.stderr
+    for line in LIBRARY_LINES:
+        assert line not in terminal, f"{line!r} reached the terminal:\n{done.stderr[-4000:]}"
+    log = (out / "logs" / "libraries.log").read_text()
+    for line in LIBRARY_LINES:
+        assert line in log, f"{line!r} is not in the library log:\n{log[-4000:]}"
 
 
 BROKEN = ["rollout.env_step_timeout_s=0.001", "run.max_failed_groups=3"]
