@@ -210,17 +210,16 @@ def _check_exported_policy(out: Path, tag: str) -> None:
 
 
 def _killed(
-    tmp_path: Path, title: str, ready: Callable[[Path], bool], *args: str
-) -> tuple[Path, int, str]:
-    """Start a run with `args`; once `ready(out)`, SIGKILL its process whose title (Ray names
-    its actors' processes) has `title`, the way the OOM killer would. The run's directory,
-    exit status and output."""
+    out: Path, log: Path, title: str, ready: Callable[[], bool], *args: str
+) -> tuple[int, str]:
+    """Start a run in `out` with `args`; once `ready()`, SIGKILL its process whose title (Ray
+    names its actors' processes) has `title`, the way the OOM killer would. The run's exit
+    status and output (kept in `log`)."""
     import psutil
 
-    out, log = tmp_path / "run", tmp_path / "run.log"
     run = _start(out, log, *args)
     try:
-        _wait_until(run, log, lambda: ready(out))
+        _wait_until(run, log, ready)
         victims = [
             p for p in psutil.Process(run.pid).children(recursive=True) if title in _title(p)
         ]
@@ -230,7 +229,7 @@ def _killed(
     finally:
         if run.poll() is None:
             run.kill()
-    return out, run.returncode, log.read_text()
+    return run.returncode, log.read_text()
 
 
 def _title(process: Any) -> str:
@@ -242,17 +241,36 @@ def _title(process: Any) -> str:
         return ""  # gone meanwhile
 
 
-@pytest.mark.timeout(900)
-def test_a_run_whose_learner_dies_says_so_and_where_to_go_on(tmp_path: Path) -> None:
-    # With no restart allowed; test_chaos.py has the run go on.
+@pytest.mark.timeout(1500)
+def test_a_run_whose_worker_then_learner_dies_says_so_and_resumes_where_it_says(
+    tmp_path: Path,
+) -> None:
+    """A rollout worker, then (in the resumed run) the learner, killed with no restart
+    allowed (test_chaos.py has the run go on): each time the run exits 1 with Ray's word on
+    which process died, no traceback, and the command that continues it from its checkpoint;
+    a lost worker costs none of the learner's steps, and the last command finishes the run."""
+    out = tmp_path / "run"
     args = ["--env", "code_exec", "--steps", "1000", *SMALL, "eval.every=0"]
-    args += ["run.max_learner_restarts=0"]
-    out, returncode, output = _killed(
-        tmp_path,
-        "ray::LearnerWorker",
-        lambda out: (out / "checkpoints" / "state.json").exists(),
+    args += ["run.checkpoint_every=1000"]  # no periodic checkpoint
+    args += ["run.max_worker_restarts=0"]  # none replaced
+    returncode, output = _killed(
+        out, tmp_path / "worker.log", "ray::RolloutWorker", lambda: len(_trained_steps(out)) >= 2,
         *args,
-    )
+    )  # fmt: skip
+    assert returncode == 1, output[-4000:]
+    assert "class_name: RolloutWorker" in output
+    steps = _trained_steps(out)
+    assert _state(out)["step"] == steps[-1] >= 2, "checkpointed at the last step it logged"
+    assert f"checkpointed at step {steps[-1]}: continue it with" in output
+    assert "Traceback" not in output, "the failed weight sync into it is not news"
+
+    # Resumed as that said, with overrides: a checkpoint every step, and no learner restart.
+    resume = ["--resume", "run.checkpoint_every=1", "run.max_learner_restarts=0"]
+    returncode, output = _killed(
+        out, tmp_path / "learner.log", "ray::LearnerWorker",
+        lambda: _state(out)["step"] > steps[-1], *resume,
+    )  # fmt: skip
+    assert json.loads((out / "config.json").read_text())["run"]["max_learner_restarts"] == 0
     assert returncode == 1, output[-4000:]
     assert "agenthub: error: The actor died" in output and "class_name: LearnerWorker" in output
     step = _state(out)["step"]
@@ -261,24 +279,9 @@ def test_a_run_whose_learner_dies_says_so_and_where_to_go_on(tmp_path: Path) -> 
     )
     assert "Traceback" not in output, "Ray's message says it all; the driver's frames do not"
 
-
-@pytest.mark.timeout(900)
-def test_a_run_whose_rollout_worker_dies_keeps_the_learners_steps(tmp_path: Path) -> None:
-    args = ["--env", "code_exec", "--steps", "1000", *SMALL, "eval.every=0"]
-    args += ["run.checkpoint_every=1000"]  # no periodic checkpoint
-    args += ["run.max_worker_restarts=0"]  # none replaced; test_chaos.py has them replaced
-    out, returncode, output = _killed(
-        tmp_path, "ray::RolloutWorker", lambda out: len(_trained_steps(out)) >= 2, *args
-    )
-    assert returncode == 1, output[-4000:]
-    assert "class_name: RolloutWorker" in output
-    steps = _trained_steps(out)
-    assert _state(out)["step"] == steps[-1] >= 2, "checkpointed at the last step it logged"
-    assert f"checkpointed at step {steps[-1]}: continue it with" in output
-    assert "Traceback" not in output, "the failed weight sync into it is not news"
-    again = _complete(out, "--resume", "--steps", str(steps[-1] + 1))
+    again = _complete(out, "--resume", "--steps", str(step + 1))
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert _trained_steps(out) == list(range(1, steps[-1] + 2))
+    assert _trained_steps(out) == list(range(1, step + 2))
 
 
 def test_a_run_that_fails_in_a_worker_says_where_to_go_on(tmp_path: Path) -> None:
