@@ -139,7 +139,16 @@ def _free_port() -> int:
 def _spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
     # A head finding a token in ~/.ray turns token authentication on, which the drivers and
     # nodes joining it (RAY_AUTH_MODE unset) do not use: the test's cluster does without.
-    env = ray_env() | {"RAY_AUTH_MODE": "disabled"}
+    # A node's SIGTERM drains it first, up to 30 s while an actor holds a lease, a wait for
+    # every stop (a node lost, the teardown) that tells a test nothing: without it the node
+    # ends its processes at once.
+    # Ray runs its workers at niceness 15, as a local run's do not (`start_ray`): on a shared
+    # machine they would wait for every other process.
+    env = ray_env() | {
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        "RAY_worker_niceness": "0",
+    }
     with log.open("wb") as sink:
         return subprocess.Popen(
             command,
