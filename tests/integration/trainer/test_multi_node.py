@@ -110,7 +110,7 @@ def _lose_and_regain(nodes: RayNodes, run: subprocess.Popen[str], out: Path, log
         phases[name] = round(time.monotonic() - start, 1)
 
     def since_loss() -> str:
-        return log.read_text()[mark:]
+        return " ".join(log.read_text()[mark:].split())  # the terminal's lines are wrapped
 
     _wait(run, log, "a checkpoint, a worker on each node", lambda: _one_on_each(out, nodes))
     phase("started")
@@ -118,14 +118,14 @@ def _lose_and_regain(nodes: RayNodes, run: subprocess.Popen[str], out: Path, log
     at, mark = len(_trained_steps(out)), len(log.read_text())
     nodes.stop_second()
     phase("node stopped")
-    _wait(run, log, "the worker lost", lambda: "died" in since_loss())
+    _wait(run, log, "the worker lost", lambda: f"rollout worker {rank} died" in since_loss())
     phase("worker lost")
-    _wait(run, log, "the worker given up", lambda: "not replaced" in since_loss())
+    _wait(run, log, "the worker given up", lambda: f"{rank} not replaced" in since_loss())
     phase("worker given up")
     given_up_at = len(_trained_steps(out))
     nodes.restart_second()
     phase("node back")
-    _wait(run, log, "the worker back", lambda: "2 of 2 rollout workers" in since_loss())
+    _wait(run, log, "the worker back", lambda: f"rollout worker {rank} back" in since_loss())
     phase("worker back")
     back_at = len(_trained_steps(out))
     _wait(run, log, "a checkpoint after", lambda: _drawn(out, rank)[0] > back_at)
