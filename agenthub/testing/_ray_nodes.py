@@ -6,7 +6,7 @@ Starts Ray's own commands as subprocesses; imports nothing of Ray.
         run(["agenthub", "train", "--ray-address", nodes.address,
              'ray.learner_resources={"second_node": 1}', ...])
         nodes.node_ids["second_node"]   # the second node's Ray node id
-        nodes.stop_second()             # the second node lost (its raylet and actors end)
+        nodes.stop_second()             # the second node lost (its raylet and actors killed)
         nodes.restart_second()          # and back (node_ids["second_node"] its new id)
 
 `two_nodes` starts a head (`ray start --head --block`, custom resource `head_node`) and a second
@@ -63,8 +63,9 @@ class RayNodes:
 
     def stop_second(self) -> None:
         """Stop the second node, as if its machine went away: its raylet and every actor on it
-        end. Idempotent."""
-        _stop(self._processes[SECOND])
+        are killed at once, with no goodbye to the head, which finds it gone by its missed
+        health checks. Idempotent."""
+        _kill(self._processes[SECOND])
 
     def restart_second(self) -> None:
         """Start the second node again (stopped first if it runs), as a machine that comes
@@ -139,7 +140,20 @@ def _free_port() -> int:
 def _spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
     # A head finding a token in ~/.ray turns token authentication on, which the drivers and
     # nodes joining it (RAY_AUTH_MODE unset) do not use: the test's cluster does without.
-    env = ray_env() | {"RAY_AUTH_MODE": "disabled"}
+    # A node's SIGTERM drains it first, up to 30 s while an actor holds a lease, a wait for
+    # every stop (a node lost, the teardown) that tells a test nothing: without it the node
+    # ends its processes at once.
+    # Ray runs its workers at niceness 15, as a local run's do not (`start_ray`): on a shared
+    # machine they would wait for every other process.
+    env = ray_env() | {
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        "RAY_worker_niceness": "0",
+        # The head declares a node dead after this many missed health checks, one a second
+        # (Ray's default: 5, one every 3 s); each waits up to 10 s for a busy node's answer.
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
+    }
     with log.open("wb") as sink:
         return subprocess.Popen(
             command,
@@ -211,6 +225,11 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.send_signal(signal.SIGTERM)
         with suppress(subprocess.TimeoutExpired):
             process.wait(timeout=STOP_TIMEOUT_S)
+    _kill(process)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `ray start --block` and its node's processes (its process group)."""
     with suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     with suppress(subprocess.TimeoutExpired):

@@ -4,7 +4,7 @@
         run(["agenthub", "train", "--ray-address", nodes.address,
              'ray.learner_resources={"second_node": 1}', ...], env=ray_env())
         nodes.node_ids[SECOND]   # the second node's Ray node id (HEAD: the head's)
-        nodes.stop_second()      # the second node lost (its raylet and actors end)
+        nodes.stop_second()      # the second node lost (its raylet and actors killed)
 
 A head (`ray start --head --block`, custom resource `head_node`) and a second node (`ray start
 --address=... --block`, custom resource `second_node`), each with its own `num_cpus`

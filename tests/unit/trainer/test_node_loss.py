@@ -1,7 +1,7 @@
 """A lost Ray node, on an in-memory cluster: the rollout worker it held comes back where the
 cluster has room, the run goes on with fewer workers where it has none, and stops with the
 cause when none is left. The same on a real two-node Ray cluster runs in
-tests/integration/trainer/test_node_loss.py."""
+tests/integration/trainer/test_multi_node.py."""
 
 from __future__ import annotations
 
