@@ -321,7 +321,7 @@ def begin_layerwise_reload(model: Any) -> None:
 def end_layerwise_reload(model: Any, model_config: Any) -> None:
     from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-    finalize_layerwise_reload(model, model_config)  # type: ignore[no-untyped-call]
+    finalize_layerwise_reload(model, model_config)
 
 
 async def reload_weights(llm: Any, folder: str) -> None:

@@ -60,7 +60,7 @@ TIMEOUT_S = 120.0
 
 
 @dataclass(kw_only=True)
-class GlooInitInfo(WeightTransferInitInfo):
+class GlooInitInfo(WeightTransferInitInfo):  # type: ignore[misc]
     """What a worker needs to join the trainer's group: the trainer's TCP store, the rank of
     this engine's first worker (the trainer is rank 0) and the size of the whole group."""
 
@@ -73,7 +73,7 @@ class GlooInitInfo(WeightTransferInitInfo):
 
 
 @dataclass
-class GlooUpdateInfo(WeightTransferUpdateInfo):
+class GlooUpdateInfo(WeightTransferUpdateInfo):  # type: ignore[misc]
     """One round's parameters, in the order they are sent."""
 
     names: list[str]
@@ -119,7 +119,7 @@ def chunks(meta: Sequence[ParamMeta], chunk_bytes: int) -> Iterator[list[ParamMe
 
 
 def _nbytes(param: ParamMeta) -> int:
-    return int(torch.Size(param.shape).numel()) * param.dtype.itemsize
+    return int(torch.Size(param.shape).numel() * param.dtype.itemsize)
 
 
 def open_group(
@@ -136,7 +136,7 @@ def close_group(group: torch.distributed.ProcessGroup) -> None:
     destroy_stateless_process_group(group)
 
 
-class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):
+class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo]):  # type: ignore[misc]
     """The worker side, inside vLLM: receives each run of tensors and loads it through the model's
     `load_weights` within vLLM's layerwise reload (which redoes any kernel-specific repacking)."""
 
@@ -198,7 +198,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooInitInfo, GlooUpdateInfo
 
 
 @dataclass
-class GlooTrainerInitInfo(TrainerInitInfo):
+class GlooTrainerInitInfo(TrainerInitInfo):  # type: ignore[misc]
     """The trainer's side of the group: it is rank 0 and hosts the store at
     `master_address:master_port`; `world_size` counts it and every engine worker."""
 

@@ -99,9 +99,10 @@ def packed_attention(
 
     cu = kwargs.get("cu_seq_lens_q")
     if cu is None and (attention_mask is not None or query.shape[0] != 1):
-        return sdpa_attention_forward(
+        padded: tuple[Any, None] = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling
         )
+        return padded
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
     if cu is None:
         cu = torch.tensor([0, q.shape[0]], dtype=torch.int32, device=q.device)

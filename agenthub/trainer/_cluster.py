@@ -379,7 +379,8 @@ class RayCluster:
             try:
                 await asyncio.wait_for(actor.__ray_ready__.remote(), timeout=_PING_S)
             except ray.exceptions.RayActorError as exc:
-                return exc
+                died: BaseException = exc
+                return died
             except TimeoutError:
                 return None  # busy, not dead
             return None
@@ -602,7 +603,7 @@ def start_ray(cfg: TrainConfig, library_log: Path | None = None) -> None:
     # Ray waits forever for GPUs a machine lacks; on a cluster they may yet join.
     r = cfg.ray
     wanted = r.learner_ranks * r.learner_num_gpus + r.rollout_workers * r.worker_num_gpus
-    have = float(ray.cluster_resources().get("GPU", 0.0))  # type: ignore[no-untyped-call]
+    have = float(ray.cluster_resources().get("GPU", 0.0))
     if wanted > have:
         raise AgentHubError(
             f"the run asks for {wanted:g} GPUs (ray.learner_num_gpus="

@@ -127,7 +127,7 @@ def share(tensor: Any) -> tuple[Any, ...]:
     """A CUDA tensor as the arguments another process rebuilds it from (torch's IPC)."""
     from torch.multiprocessing.reductions import reduce_tensor
 
-    return tuple(reduce_tensor(tensor)[1])  # type: ignore[no-untyped-call]
+    return tuple(reduce_tensor(tensor)[1])
 
 
 def gpu_uuid() -> str:

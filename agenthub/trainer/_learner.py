@@ -127,7 +127,7 @@ def _device() -> torch.device:
 def _bf16(asked: bool | None) -> bool:
     if asked is not None:
         return asked
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
 class Learner:

@@ -134,8 +134,8 @@ class LearnerGroup:
 def _resources() -> str:
     import ray
 
-    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
-    free = ray.available_resources()  # type: ignore[no-untyped-call]
+    total = ray.cluster_resources()
+    free = ray.available_resources()
     return ", ".join(
         f"{free.get(k, 0.0):g} of {total.get(k, 0.0):g} {k}s free" for k in ("CPU", "GPU")
     )
@@ -145,7 +145,7 @@ def _check_fits(ranks: int, bundle: dict[str, float]) -> None:
     """Refuse ranks the whole cluster could never hold: Ray would wait for them for ever."""
     import ray
 
-    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    total = ray.cluster_resources()
     for kind, each in bundle.items():
         have = float(total.get(kind, 0.0))
         if ranks * each > have:
@@ -163,7 +163,7 @@ def check_custom(what: str, count: int, resources: dict[str, float], setting: st
     nodes of the cluster have enough of: Ray would wait for them for ever."""
     import ray
 
-    total = ray.cluster_resources()  # type: ignore[no-untyped-call]
+    total = ray.cluster_resources()
     for kind, amount in resources.items():
         have = float(total.get(kind, 0.0))
         if count * amount > have:

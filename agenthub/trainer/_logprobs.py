@@ -36,7 +36,7 @@ def _picked(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor) 
     return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-class _ChunkedLogprobs(torch.autograd.Function):
+class _ChunkedLogprobs(torch.autograd.Function):  # type: ignore[misc]
     """log softmax(hidden @ weight.T)[targets], `chunk` tokens of logits at a time."""
 
     @staticmethod
@@ -98,7 +98,7 @@ def chunked_logprobs(
     return torch.cat(parts)
 
 
-class PolicyModel(torch.nn.Module):
+class PolicyModel(torch.nn.Module):  # type: ignore[misc]
     """A Hugging Face causal LM as the learner trains it: `forward` takes a packed row of
     sequences (`Packed`) and returns the logprob of each target token, [K] in fp32.
 

@@ -125,7 +125,7 @@ def ray_node_gpus() -> list[float]:
     """The GPUs of each live node of the Ray cluster this process joined."""
     import ray
 
-    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    nodes = ray.nodes()
     return [float(n["Resources"].get("GPU", 0.0)) for n in nodes if n["Alive"]]
 
 

@@ -37,7 +37,7 @@ def _backend() -> str:
 def open_store(host: str, world: int) -> tuple[Any, int]:
     """Rank 0's rendezvous store, listening on `host` at a port the kernel picks; the store
     (keep it until the group is joined) and its port."""
-    store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
+    store = torch.distributed.TCPStore(
         host, 0, world_size=world, is_master=True, timeout=JOIN_TIMEOUT, wait_for_workers=False
     )
     return store, int(store.port)
@@ -48,7 +48,7 @@ def join_group(rank: int, world: int, host: str, port: int, store: Any = None) -
     store it opened). The usual variables are set for DeepSpeed and the libraries under it;
     LOCAL_RANK is 0 because Ray shows each rank only the GPU it reserved."""
     if store is None:
-        store = torch.distributed.TCPStore(  # type: ignore[attr-defined]
+        store = torch.distributed.TCPStore(
             host, port, world_size=world, is_master=False, timeout=JOIN_TIMEOUT
         )
     place = {"MASTER_ADDR": host, "MASTER_PORT": str(port), "RANK": str(rank)}

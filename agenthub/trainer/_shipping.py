@@ -120,7 +120,7 @@ def ship(path: Path) -> Shipment:
     import ray
 
     origin = node_id()
-    alive = [n for n in ray.nodes() if n["Alive"]]  # type: ignore[no-untyped-call]
+    alive = [n for n in ray.nodes() if n["Alive"]]
     if len(alive) < 2:
         return Shipment(str(path), origin)
     data = _pack(path)

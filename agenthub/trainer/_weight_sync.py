@@ -124,7 +124,7 @@ class EngineClient:
         self._wait(self.engine.finish_weight_update())
 
 
-class LearnerSource(WeightSource):
+class LearnerSource(WeightSource):  # type: ignore[misc]
     """The policy's parameters under their checkpoint names (what vLLM's `load_weights`
     takes). A tied output layer is sent under its own name too: vLLM's CPU kernels keep a
     repacked copy of `lm_head`, which stays old unless it is loaded.
@@ -194,7 +194,7 @@ def open_sender(
     if backend == "ipc":
         return IpcSender.open(client, source), client
     rendezvous = {
-        "master_address": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+        "master_address": ray.util.get_node_ip_address(),
         "master_port": _free_port(),
         "world_size": WorkersClient.world_size(ranks),
     }

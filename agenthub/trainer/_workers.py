@@ -358,7 +358,7 @@ class LearnerWorker:
 
         # transformers' bars for loading and saving weights, each checkpoint's among them, come
         # out of an actor as lines of their own between the run's bar and its log.
-        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        transformers_logging.disable_progress_bar()
         self.config = TrainConfig.model_validate(config)
         self.model = Shipment.of(model)
         self.model_path = str(self.model.here())
@@ -382,7 +382,7 @@ class LearnerWorker:
 
         from agenthub.trainer._ranks import open_store
 
-        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        host = ray.util.get_node_ip_address()
         self.store, port = open_store(host, self.ranks)
         return host, port
 
