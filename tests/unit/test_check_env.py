@@ -240,8 +240,13 @@ def test_a_busy_machine_does_not_fail_a_correct_env_and_a_sleep_still_does() -> 
     # behind them, so it waits for a CPU far longer than the limit: that wait is the
     # machine's, while the other env's `time.sleep` is its own.
     check_env(_envs.CountdownEnv())  # its first run imports and compiles
-    trivial, waited = _checked_while_the_cores_are_busy(_StarvedCountdown())
-    assert trivial == "passed"
+    # The scheduler now and then runs the starved thread's few milliseconds of work before the
+    # busy loops take its core: no test of the wait, so the check runs again (up to 3 times).
+    for _ in range(3):
+        trivial, waited = _checked_while_the_cores_are_busy(_StarvedCountdown())
+        assert trivial == "passed"
+        if waited > 4 * 0.25:
+            break
     assert waited > 4 * 0.25, f"the loop waited only {waited:.2f} s for a CPU: no test of it"
     sleeps, _ = _checked_while_the_cores_are_busy(_StarvedSleep("step", 0.4))
     blocked = re.search(r"step #1 .* blocked the event loop for ([0-9.]+) s", sleeps)
