@@ -32,7 +32,7 @@ import pytest
 
 from tests.integration._ray_nodes import HEAD, SECOND, RayNodes, ray_env, two_nodes
 from tests.integration.trainer.test_chaos import _wait
-from tests.integration.trainer.test_train_cli import _records, _state, _trained_steps
+from tests.integration.trainer.test_train_cli import _records, _start, _state, _trained_steps
 
 pytestmark = [pytest.mark.integration]
 
@@ -138,19 +138,6 @@ def _lose_and_regain(nodes: RayNodes, run: subprocess.Popen[str], out: Path, log
     return Loss(rank, at, given_up_at, back_at, nodes.node_ids[SECOND], phases)
 
 
-def _start(nodes: RayNodes, out: Path, log: Path, *args: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "agenthub", "train", "--out", str(out)]
-    command += ["--ray-address", nodes.address, *args]
-    with log.open("w") as sink:
-        return subprocess.Popen(
-            command,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=ray_env() | {"WANDB_SILENT": "true"},
-        )
-
-
 def _train(nodes: RayNodes, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "agenthub", "train", "--out", str(out)]
     command += ["--ray-address", nodes.address, *args]
@@ -171,7 +158,7 @@ def test_a_run_on_two_nodes_survives_losing_one_and_resumes_with_its_learner_on_
     log = tmp_path / "run.log"
     with two_nodes(hidden, head_cpus=2, second_cpus=1) as nodes:
         head = nodes.node_ids[HEAD]
-        run = _start(nodes, out, log, "--model", str(model), *ARGS)
+        run = _start(out, log, "--ray-address", nodes.address, "--model", str(model), *ARGS)
         try:
             loss = _lose_and_regain(nodes, run, out, log)
         finally:
