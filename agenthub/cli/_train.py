@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -140,7 +141,9 @@ def _run(config: TrainConfig, out: Path, resume: bool) -> int:
         build_progress=_BuildOnBar(display.progress, display.bar),
     )
     console.print(f"agenthub train: env {config.env}, run directory {out}")
-    with display.progress:
+    # stdout is the JSON summary alone: what Ray prints here meanwhile (the raylet's notice of
+    # a worker it lost) goes to stderr, with the run's other lines.
+    with contextlib.redirect_stdout(sys.stderr), display.progress:
         try:
             summary = trainer.run()
         except BaseException:

@@ -34,6 +34,7 @@ from agenthub.agents._run_dir import split_tasks
 from agenthub.trainer._config import TrainConfig
 from agenthub.trainer._library_logs import LIBRARY_LOG_ENV, route_library_logs
 from agenthub.trainer._shipping import Shipment, own_vllm_logging
+from agenthub.trainer._test_hooks import hold_in_sync
 
 __all__ = [
     "Admission",
@@ -213,6 +214,8 @@ class RolloutWorker:
         self.admission = admission
         self.tasks_drawn = tasks_done
         self.generated_tokens = 0
+        self.receiving = 0
+        """The policy version of the last weight sync begun."""
 
     async def start(self) -> int:
         """Start the engine (inside the actor's event loop) and open the env; returns the
@@ -278,9 +281,11 @@ class RolloutWorker:
 
     async def start_weight_update(self, version: int) -> None:
         await self.engine.start_weight_update(version)
+        self.receiving = version
 
     async def receive_weights(self, update_info: dict[str, Any]) -> None:
         await self.engine.receive_weights(update_info)
+        await hold_in_sync(self.rank, self.life, self.receiving)  # a test's, else no-op
 
     async def finish_weight_update(self) -> None:
         await self.engine.finish_weight_update()

@@ -1,7 +1,8 @@
 """`agenthub train` end to end on the embedded default model: Ray actors, in-process vLLM
 rollout workers, the DeepSpeed learner on gloo, the Docker sandbox behind code_exec. One short
 run is interrupted with Ctrl-C and resumed, killed with SIGKILL and resumed again; the run
-directory is checked at every stage. Another trains with two rollout workers."""
+directory is checked at every stage. Another trains with two rollout workers and loses one
+inside a weight sync."""
 
 from __future__ import annotations
 
@@ -346,10 +347,17 @@ LIBRARY_LINES = (
 
 
 @pytest.mark.timeout(900)
-def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) -> None:
+def test_two_rollout_workers_train_in_one_transfer_group_and_one_lost_in_a_sync_is_replaced(
+    tmp_path: Path,
+) -> None:
     """Each engine takes its own ranks after the learner's; a wrong layout fails or hangs the
     first broadcast. Both workers play, and their engines run synced weights. The env is a
     class in a module beside the person, which the Ray workers must find too.
+
+    Rollout worker 1 is killed inside the weight sync of policy 2, held there by the test hook
+    (`agenthub.trainer._test_hooks`) once its engine has the weights: the learner is between
+    two calls of its round and worker 0's engine holds its requests in a round left open. The
+    run replaces the worker, sends the weights to both engines again and reaches its steps.
 
     The terminal shows agenthub's own lines and what the env prints: what Ray, DeepSpeed, vLLM
     and Triton say at start-up (from the driver, the learner and rollout worker actors and the
@@ -357,9 +365,10 @@ def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) 
     (tmp_path / "local_envs.py").write_text(LOCAL_ENV)
     out = tmp_path / "run"
     env = ["--env", "local_envs:LocalCodeExec"]
-    done = _complete(out, *env, "--steps", "3", *SMALL, "eval.every=0", *TWO_WORKERS, cwd=tmp_path)
+    args = [*env, "--steps", "3", *SMALL, "eval.every=0", *TWO_WORKERS]
+    done, before = _killed_in_sync(out, tmp_path, rank=1, version=2, args=args)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert _trained_steps(out) == [1, 2, 3]
+    assert _trained_steps(out) == [1, 2, 3], "every step once, in order"
     records = [r for r in _records(out) if "train/reward" in r]
     assert all(r["learner/sync_s"] > 0 for r in records[1:]), "weight syncs are timed"
     state = _state(out)
@@ -368,13 +377,60 @@ def test_two_rollout_workers_train_in_one_weight_transfer_group(tmp_path: Path) 
     assert max(max(t["policy_versions"]) for t in samples) >= 1, "engines run synced weights"
     # What the run's processes print goes to stderr: stdout is the JSON summary alone.
     assert "a print in the env's reset" in done.stderr
-    assert json.loads(done.stdout)["steps"] == 3, done.stdout[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["steps"] == 3, done.stdout[-3000:]
+    # The worker lost in the sync was replaced, said so, and the run went on with two.
+    assert summary["faults"]["seen"] == summary["faults"]["survived"] == 1, summary
+    assert summary["rollout_workers"] == 2
+    said = " ".join(done.stderr.split())  # the console wraps lines
+    assert "rollout worker 1 died (" in said and "replacing it" in said, said[-4000:]
+    assert "rollout worker 1 replaced, its engine at policy version" in said
+    assert "in flight lost, the run goes on" in said
+    after = _processes(out)
+    assert after[0] == before[0] and after[1] != before[1], "a new process holds rank 1 only"
     terminal = done.stdout + done.stderr
     for line in LIBRARY_LINES:
         assert line not in terminal, f"{line!r} reached the terminal:\n{done.stderr[-4000:]}"
     log = (out / "logs" / "libraries.log").read_text()
     for line in LIBRARY_LINES:
         assert line in log, f"{line!r} is not in the library log:\n{log[-4000:]}"
+
+
+def _killed_in_sync(
+    out: Path, cwd: Path, rank: int, version: int, args: list[str]
+) -> tuple[subprocess.CompletedProcess[str], list[int]]:
+    """A run in `out` with `args` (from `cwd`) to its end, rollout worker `rank` killed with
+    SIGKILL inside the weight sync of policy `version`, where the test hook holds it; the run's
+    output, and its rollout workers' process ids then."""
+    import psutil
+
+    from agenthub.trainer._test_hooks import HOLD_IN_SYNC
+
+    held, stdout, stderr = cwd / "held-in-sync", cwd / "stdout", cwd / "stderr"
+    env = {**_env(), HOLD_IN_SYNC: f"{rank}:{version}:{held}"}
+    with stdout.open("w") as out_sink, stderr.open("w") as err_sink:
+        run = subprocess.Popen(
+            _train(out, *args), stdout=out_sink, stderr=err_sink, text=True, env=env, cwd=cwd
+        )
+    try:
+        _wait_until(run, stderr, held.exists)  # the hook holds the worker in the sync now
+        worker, pids = psutil.Process(int(held.read_text())), _processes(out)
+        assert "ray::RolloutWorker" in _title(worker) and worker.pid == pids[rank]
+        worker.kill()
+        run.wait(timeout=800)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    done = subprocess.CompletedProcess(
+        run.args, run.returncode, stdout.read_text(), stderr.read_text()
+    )
+    return done, pids
+
+
+def _processes(out: Path) -> list[int]:
+    """The rollout workers' process ids by rank, as the run's logs/processes.json names them."""
+    processes: dict[str, list[int]] = json.loads((out / "logs" / "processes.json").read_text())
+    return processes["rollout_workers"]
 
 
 BROKEN = ["rollout.env_step_timeout_s=0.001", "run.max_failed_groups=3"]
