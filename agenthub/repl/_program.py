@@ -208,7 +208,7 @@ class ProgramStage:
             raise AgentHubError(":save FILE")
         trajectory = self._played()
         path, line = append_line(args[0], trajectory.model_dump_json())
-        show_saved(self.console, path, line, trajectory, "calls")
+        show_saved(self.console, path, line, trajectory, "call")
 
     async def _no_steps(self, args: tuple[str, ...]) -> None:
         raise AgentHubError(

@@ -167,13 +167,14 @@ def show_generation(console: Console, generation: Generation, text: str, seconds
 
 
 def show_saved(
-    console: Console, path: Path, line: int, trajectory: Trajectory, turns: str = "steps"
+    console: Console, path: Path, line: int, trajectory: Trajectory, turn: str = "step"
 ) -> None:
     """What `:save` wrote: where, and the trajectory's size and return."""
+    turns = f"{trajectory.num_turns} {turn}{'s' * (trajectory.num_turns != 1)}"
     console.print(
         Text(
             f"saved line {line} of {path}: {len(trajectory.tokens)} tokens, "
-            f"{trajectory.num_turns} {turns}, return {trajectory.reward:g}",
+            f"{turns}, return {trajectory.reward:g}",
             style="bold",
         ),
         markup=False,
