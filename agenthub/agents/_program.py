@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -36,21 +37,33 @@ class ProgramPlayer:
     its segments. A failure is typed: the engine's (`generation_error`/`_timeout`, even when
     the program caught the HTTP error), the program's (`env_error`: raised, over budget, no
     call made), the reward's (`score_error`/`score_timeout`).
+
+    `watch`, when given, is handed each endpoint episode as it opens, so that one watching
+    the engine can tell which segment a call belongs to (the REPL shows the calls live).
     """
 
     def __init__(
-        self, engine: InferenceEngine, chat: ChatTokenizer, config: RolloutConfig, env_id: str
+        self,
+        engine: InferenceEngine,
+        chat: ChatTokenizer,
+        config: RolloutConfig,
+        env_id: str,
+        *,
+        watch: Callable[[EndpointEpisode], object] | None = None,
     ) -> None:
         self.endpoint = OpenAIEndpoint(engine, chat, config)
         self.config = config
         self.env_id = env_id
         self.loopback = Loopback(self.endpoint.app)
+        self.watch = watch
 
     async def play(
         self, env: AgentProgramEnv, task: Task, sample: int, seed: int | None
     ) -> Trajectory:
         started = time.perf_counter()
         episode = self.endpoint.open_episode(seed=seed)
+        if self.watch is not None:
+            self.watch(episode)
         error: EpisodeError | None = None
         result: Any = None
         try:

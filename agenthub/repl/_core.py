@@ -24,10 +24,12 @@ from agenthub.repl._input import (
     TypedAction,
     parse_setting,
 )
+from agenthub.repl._program import ProgramStage, program_of
 from agenthub.repl._render import (
     show_failure,
     show_generation,
     show_help,
+    show_saved,
     show_settings,
     show_tokens,
     show_undone,
@@ -41,11 +43,15 @@ __all__ = ["EngineFactory", "Repl", "probe_env"]
 EngineFactory = Callable[[], Awaitable[InferenceEngine]]
 
 
-async def probe_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
+async def probe_env(env_id: str, env_kwargs: dict[str, Any]) -> str | None:
     """Build `env_id`'s env once and close it, so that a wrong id or argument fails at once
-    (the CLI calls it before loading a model, too)."""
+    (the CLI calls it before loading a model, too). Returns the agent program that plays its
+    episodes, where one does (`ProgramStage`)."""
     probe = make(env_id, **env_kwargs)
-    await probe.aclose()
+    try:
+        return program_of(probe)
+    finally:
+        await probe.aclose()
 
 
 class Repl:
@@ -54,6 +60,7 @@ class Repl:
     Feed it entries (`handle`) or lines (`feed`); everything it shows goes to `console`. An
     exception the env raises is shown with its traceback and the episode stays as it was
     before the failing call. The engine is built by `engine_factory` on the first `:gen`.
+    On an agent program's env, `program` takes the commands that work otherwise there.
     """
 
     def __init__(
@@ -91,6 +98,7 @@ class Repl:
             console=console,
         )
         self.replay: Replay | None = None
+        self.program: ProgramStage | None = None
         self._reader = EntryReader()
 
     @property
@@ -108,14 +116,22 @@ class Repl:
 
     async def start(self) -> None:
         """Check the env can be built (so a bad id fails at once) and open the first episode."""
-        await probe_env(self.env_id, self.env_kwargs)
+        program = await probe_env(self.env_id, self.env_kwargs)
         self.console.print(Text(ENTRY_HELP + " :help lists the commands.", style="dim"))
-        await self.stage.new_episode(await self.tasks.get(self.task_index), self.task_index)
+        if program is None:
+            await self.stage.new_episode(await self.tasks.get(self.task_index), self.task_index)
+            return
+        self.program = ProgramStage(
+            program, self.stage, self.tasks, self._engine, lambda: self.sampling
+        )
+        await self.program.open(self.task_index)
 
     @property
     def prompt(self) -> str:
         if self._reader.continuing:
             return self._reader.continuation_prompt
+        if self.program is not None:
+            return self.program.prompt
         if self.replay is not None and self.episode is not None:
             return f"replay step {len(self.episode.actions) + 1} (Enter)> "
         if self.episode is None:
@@ -173,6 +189,8 @@ class Repl:
             "stop": self._stop,
             "help": self._help,
         }
+        if self.program is not None:
+            handlers.update(self.program.handlers())
         if name not in handlers:
             raise AgentHubError(f"unknown command :{name}; :help lists the commands")
         await handlers[name](args)
@@ -221,15 +239,8 @@ class Repl:
         if len(args) != 1:
             raise AgentHubError(":save FILE")
         trajectory = self.stage.live().trajectory()
-        path, lines = append_line(args[0], trajectory.model_dump_json())
-        self.console.print(
-            Text(
-                f"saved line {lines} of {path}: {len(trajectory.tokens)} tokens, "
-                f"{trajectory.num_turns} steps, return {trajectory.reward:g}",
-                style="bold",
-            ),
-            markup=False,
-        )
+        path, line = append_line(args[0], trajectory.model_dump_json())
+        show_saved(self.console, path, line, trajectory)
 
     async def _load(self, args: tuple[str, ...]) -> None:
         if len(args) not in (1, 2):
@@ -269,6 +280,8 @@ class Repl:
     # -- actions --------------------------------------------------------------------------
 
     async def _typed(self, text: str) -> None:
+        if self.program is not None:
+            raise self.program.cannot_type()
         sampling = self._reply_sampling(self.stage.ready())
         action = typed_action(self.chat, text, self._policy_version(), sampling)
         if action.text != text:

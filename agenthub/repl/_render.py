@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import traceback
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,16 +15,19 @@ from agenthub._errors import RewardFuncError, RewardModelError
 from agenthub._returns import EnvReturnError
 from agenthub._tracebacks import described
 from agenthub._types import Observation, Step, Task
-from agenthub.agents import ChatTokenizer, Generation, SamplingParams
+from agenthub.agents import ChatTokenizer, Generation, SamplingParams, Trajectory
 from agenthub.repl._episode import Episode, TokenKind
 from agenthub.repl._input import COMMANDS, ENTRY_HELP
 
 __all__ = [
     "show_failure",
     "show_observation",
+    "show_saved",
     "show_settings",
     "show_step",
     "show_task",
+    "show_legend",
+    "show_token_stream",
     "show_tokens",
     "show_tools",
     "to_json",
@@ -162,6 +166,21 @@ def show_generation(console: Console, generation: Generation, text: str, seconds
     console.print(Text(text), markup=False)
 
 
+def show_saved(
+    console: Console, path: Path, line: int, trajectory: Trajectory, turn: str = "step"
+) -> None:
+    """What `:save` wrote: where, and the trajectory's size and return."""
+    turns = f"{trajectory.num_turns} {turn}{'s' * (trajectory.num_turns != 1)}"
+    console.print(
+        Text(
+            f"saved line {line} of {path}: {len(trajectory.tokens)} tokens, "
+            f"{turns}, return {trajectory.reward:g}",
+            style="bold",
+        ),
+        markup=False,
+    )
+
+
 def show_undone(console: Console, fresh: Episode, steps: int, seconds: float, same: bool) -> None:
     """What `:undo` did: the episode played again to `steps` actions from its seed, and a
     warning when the env answered the replay differently (`same` is False)."""
@@ -202,22 +221,41 @@ def show_tokens(
     """Every token of the episode in its kind's colour, each boxed by `|`, with the rollout
     logprob after each sampled token."""
     session = episode.session
-    counts = {kind: episode.kinds.count(kind) for kind in STYLES}
-    legend = Text(f"{len(session)} tokens: ")
-    for kind, style in STYLES.items():
-        legend.append(f"{counts[kind]} {LEGEND[kind]}", style=style)
-        legend.append("  ")
-    console.print(legend)
+    show_legend(console, episode.kinds, LEGEND)
+    show_token_stream(
+        console, chat, session.tokens, session.loss_mask, session.logprobs, episode.kinds, ids
+    )
+
+
+def show_legend(
+    console: Console, kinds: Sequence[TokenKind], legend: Mapping[TokenKind, str]
+) -> None:
+    """How many tokens there are of each kind in `legend`, each in its colour."""
+    line = Text(f"{len(kinds)} tokens: ")
+    for kind, what in legend.items():
+        line.append(f"{kinds.count(kind)} {what}", style=STYLES[kind])
+        line.append("  ")
+    console.print(line)
+
+
+def show_token_stream(
+    console: Console,
+    chat: ChatTokenizer,
+    tokens: Sequence[int],
+    loss_mask: Sequence[int],
+    logprobs: Sequence[float],
+    kinds: Sequence[TokenKind],
+    ids: bool,
+) -> None:
     text = Text()
-    for i, token in enumerate(session.tokens):
-        kind = episode.kinds[i]
+    for i, token in enumerate(tokens):
         piece = _visible(_token_text(chat, token))
         text.append("|", style="dim")
-        text.append(piece, style=STYLES[kind])
+        text.append(piece, style=STYLES[kinds[i]])
         if ids:
             text.append(f"#{token}", style="dim")
-        if session.loss_mask[i] == 1:
-            text.append(f"({session.logprobs[i]:.2f})", style="dim green")
+        if loss_mask[i] == 1:
+            text.append(f"({logprobs[i]:.2f})", style="dim green")
         if piece.endswith("↵"):
             text.append("\n")
     console.print(text, soft_wrap=False, overflow="fold")

@@ -192,5 +192,5 @@ def _not_stepped() -> ProgramError:
     return ProgramError(
         "agent_program episodes are played by agenthub's episode runner, which hands the "
         "program an OpenAI endpoint; reset and step are not used (run it with `agenthub "
-        "train` or `agenthub eval`)"
+        "train`, `agenthub eval` or `agenthub repl`, whose :gen plays an episode)"
     )
