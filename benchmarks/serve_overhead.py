@@ -19,6 +19,13 @@ per request, so the figure is the server's cost more than a client's. Each round
 says where the CPU went, in microseconds per episode: in-process, this process (the envs)
 and its verifier workers; served, the server, its verifier workers and the clients.
 
+Each round also plays the same frames against a bare echo: the same server stack (uvicorn,
+websockets' protocol, an ASGI task per connection) answering every frame with the reply
+`agenthub serve` would give, with no env, no Starlette and none of agenthub's handling:
+what the transport alone costs, server and clients. A served episode costs at least an
+in-process one's CPU plus that, so where the cores are the limit the ratio cannot pass
+`cores / (in-process CPU + echo CPU) / in-process episodes/s`, printed as the ceiling.
+
     python benchmarks/serve_overhead.py [--clients 64] [--episodes 2048] [--rounds 5]
 """
 
@@ -34,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +53,18 @@ from websockets.http11 import Response
 from websockets.uri import parse_uri
 
 import agenthub
+from agenthub import Step
+from agenthub._listen import listen, run_app
+from agenthub.cli._serve import SERVER_OPTIONS
 from agenthub.envs.math._check import quiet_math_verify
+from agenthub.integrations.openenv_server._protocol import (
+    reset_observation,
+    step_observation,
+    wire_result,
+)
 
 REPO = Path(__file__).resolve().parent.parent
+CORES = psutil.cpu_count() or 1
 
 
 def answers(episodes: int) -> list[str]:
@@ -63,8 +80,26 @@ def shares(episodes: int, clients: int) -> list[list[int]]:
     return [list(range(c, episodes, clients)) for c in range(clients)]
 
 
-async def in_process(replies: list[str], clients: int) -> tuple[float, float, str]:
-    """Episodes/s, the total reward and where the CPU went, N envs in this process."""
+@dataclass(frozen=True)
+class Played:
+    """One side's round: episodes/s, the total reward, CPU microseconds per episode (each
+    part's, all of them together in `cpu_us`) and, served, the server's bytes per session."""
+
+    per_s: float
+    reward: float
+    cpu: dict[str, float]
+    per_session: float = 0.0
+
+    @property
+    def cpu_us(self) -> float:
+        return sum(self.cpu.values())
+
+    def said(self) -> str:
+        return " + ".join(f"{part} {us:.0f}" for part, us in self.cpu.items())
+
+
+async def in_process(replies: list[str], clients: int) -> Played:
+    """N envs in this process."""
     envs = [agenthub.make("math", num_tasks=len(replies)) for _ in range(clients)]
     tasks = list(envs[0].tasks("train"))
     for env in envs:
@@ -88,7 +123,7 @@ async def in_process(replies: list[str], clients: int) -> tuple[float, float, st
     spent = _per_episode(before, _cpu(me), len(replies))
     for env in envs:
         await env.aclose()
-    return len(replies) / took, sum(rewards), f"envs {spent[0]:.0f} + verifiers {spent[1]:.0f}"
+    return Played(len(replies) / took, sum(rewards), {"envs": spent[0], "verifiers": spent[1]})
 
 
 class LeanClient(asyncio.Protocol):
@@ -153,11 +188,8 @@ class LeanClient(asyncio.Protocol):
         self._transport.close()
 
 
-async def served(
-    url: str, replies: list[str], clients: int, server: psutil.Process
-) -> tuple[float, float, float, str]:
-    """Episodes/s, the total reward, the server's bytes per open session and where the CPU
-    went."""
+async def served(url: str, replies: list[str], clients: int, server: psutil.Process) -> Played:
+    """N WebSocket clients of the server at `url`."""
     idle = _rss(server)
     ws_url = url.replace("http", "ws", 1) + "/ws"
     sockets = [await LeanClient.connect(ws_url) for _ in range(clients)]
@@ -183,8 +215,8 @@ async def served(
     per_session = (_rss(server) - idle) / clients
     for ws in sockets:
         ws.close()
-    cpu = f"server {spent[0]:.0f} + verifiers {spent[1]:.0f} + clients {spent_clients[0]:.0f}"
-    return len(replies) / took, sum(rewards), per_session, cpu
+    cpu = {"server": spent[0], "verifiers": spent[1], "clients": spent_clients[0]}
+    return Played(len(replies) / took, sum(rewards), cpu, per_session)
 
 
 def _cpu(process: psutil.Process) -> tuple[float, float]:
@@ -211,7 +243,8 @@ def _rss(process: psutil.Process) -> int:
     return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
 
 
-def start_server(episodes: int, clients: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(*argv: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`python ARGV --port N` on a free port, once it answers /health."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -219,9 +252,7 @@ def start_server(episodes: int, clients: int) -> tuple[subprocess.Popen[bytes], 
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
-    command = [sys.executable, "-m", "agenthub", "serve", "--env", "math", f"num_tasks={episodes}"]
-    command += ["--port", str(port), "--max-sessions", str(clients)]
-    process = subprocess.Popen(command, env=env)
+    process = subprocess.Popen([sys.executable, *argv, "--port", str(port)], env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -231,34 +262,88 @@ def start_server(episodes: int, clients: int) -> tuple[subprocess.Popen[bytes], 
         except httpx.TransportError:
             pass
         if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("agenthub serve did not start")
+            raise SystemExit(f"{' '.join(argv)} did not start")
         time.sleep(0.2)
 
 
+def canned_replies() -> tuple[str, str]:
+    """What `agenthub serve --env math` answers to a reset and to a (right) step, as text."""
+    env = agenthub.make("math")
+    task = next(iter(env.tasks("train")))
+    opened = reset_observation(task, [], env.system_prompt, env.tools, env.stop)
+    logs = {"attempts": 1.0, "correct": 1.0}
+    stepped = step_observation(task.id, Step([], 1.0, terminated=True, score=1.0, extra_logs=logs))
+    return (
+        json.dumps({"type": "observation", "data": wire_result(opened, None, False)}),
+        json.dumps({"type": "observation", "data": wire_result(stepped, 1.0, True)}),
+    )
+
+
+def bare_echo_app() -> Any:
+    """The floor: the same server stack (uvicorn, websockets' protocol, one ASGI task per
+    connection) answering each frame with the canned reply, no env and no agenthub."""
+    opened, stepped = canned_replies()
+    health = {"type": "http.response.body", "body": b'{"status": "healthy"}'}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send(health)
+            return
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        while (message := await receive())["type"] == "websocket.receive":
+            reset = message["text"].startswith('{"type": "reset"')
+            await send({"type": "websocket.send", "text": opened if reset else stepped})
+
+    return app
+
+
+def serve_bare_echo(port: int) -> None:
+    listener = listen("127.0.0.1", port)
+    run_app(bare_echo_app(), listener, lifespan="off", **SERVER_OPTIONS)
+
+
 async def run(args: argparse.Namespace) -> None:
-    process, url = start_server(args.episodes, args.clients)
+    serve = ["-m", "agenthub", "serve", "--env", "math", f"num_tasks={args.episodes}"]
+    process, url = start_server(*serve, "--max-sessions", str(args.clients))
+    echo, echo_url = start_server(__file__, "--bare-echo")
     try:
-        server = psutil.Process(process.pid)
+        server, echo_server = psutil.Process(process.pid), psutil.Process(echo.pid)
         replies = answers(args.episodes)
-        ratios, per_session = [], 0.0
+        ratios, ceilings, per_session = [], [], 0.0
         for round_ in range(args.rounds):
-            local, local_reward, local_cpu = await in_process(replies, args.clients)
-            served_run = await served(url, replies, args.clients, server)
-            remote, remote_reward, per_session, served_cpu = served_run
-            assert local_reward == remote_reward, (local_reward, remote_reward)
+            local = await in_process(replies, args.clients)
+            remote = await served(url, replies, args.clients, server)
+            assert local.reward == remote.reward, (local.reward, remote.reward)
+            bare = await served(echo_url, replies, args.clients, echo_server)
+            ceiling = ceiling_ratio(local, bare)
             print(
-                f"round {round_}: in-process {local:.0f} episodes/s, served {remote:.0f} "
-                f"episodes/s (reward {remote_reward:.0f} of {args.episodes} on both); CPU us "
-                f"per episode: in-process {local_cpu}; served {served_cpu}"
+                f"round {round_}: in-process {local.per_s:.0f} episodes/s, served "
+                f"{remote.per_s:.0f} (reward {remote.reward:.0f} of {args.episodes} on both), "
+                f"bare echo {bare.per_s:.0f}; CPU us per episode: in-process {local.said()}; "
+                f"served {remote.said()}; bare echo {bare.said()}; ceiling {ceiling:.2f}"
             )
-            ratios.append(remote / local)
+            ratios.append(remote.per_s / local.per_s)
+            ceilings.append(ceiling)
+            per_session = remote.per_session
     finally:
-        process.terminate()
-        process.wait(timeout=30)
-    print(f"clients: {args.clients}, episodes per round: {args.episodes}")
+        for child in (process, echo):
+            child.terminate()
+            child.wait(timeout=30)
+    print(f"clients: {args.clients}, episodes per round: {args.episodes}, cores: {CORES}")
     print(f"per-round ratios: {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"ceiling of the ratio on these cores (median): {statistics.median(ceilings):.2f}")
     print(f"server memory per open session: {per_session / 1024:.0f} KiB")
     print(f"served/in-process episodes/s ratio (median): {statistics.median(ratios):.2f}")
+
+
+def ceiling_ratio(local: Played, bare: Played) -> float:
+    """The most the ratio can be here when the cores are the limit: a served episode costs at
+    least the in-process episode's CPU plus the bare echo's (its transport), and all the
+    machine's cores, idle of anything else, give at most CORES CPU seconds a second."""
+    best_served = CORES * 1e6 / (local.cpu_us + bare.cpu_us)
+    return best_served / local.per_s
 
 
 def main() -> None:
@@ -266,7 +351,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--episodes", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--bare-echo", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.bare_echo:
+        serve_bare_echo(args.port)
+        return
     quiet_math_verify()
     asyncio.run(run(args))
 

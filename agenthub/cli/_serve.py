@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 
 TOKEN_VARIABLE = "AGENTHUB_SERVE_TOKEN"
 
+SERVER_OPTIONS = {"ws_per_message_deflate": False, "loop": "asyncio"}
+"""uvicorn's settings for `agenthub serve`. Frames are small JSON: compressing each costs
+more CPU than it saves on the wire. asyncio's own loop, not uvloop: envs run on it everywhere
+else (`agenthub eval`, training, `check_env`), and its socket writes let go of the GIL, so an
+env's threads (the math verifier's drivers) run while a write waits on a busy core; uvloop's
+hold it, and the server spent about 10% more CPU per `math` episode on it
+(benchmarks/serve_overhead.py)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_arguments(parser)
@@ -60,8 +68,7 @@ def serve_command(args: argparse.Namespace) -> int:
     check_buildable(config)  # a wrong id or argument: one line now, not per session
     listener = listen(args.host, args.port)
     print(_banner(args, config.token is not None), file=sys.stderr, flush=True)
-    # Frames are small JSON: compressing each costs more CPU than it saves on the wire.
-    run_app(build_app(config), listener, ws_per_message_deflate=False)
+    run_app(build_app(config), listener, **SERVER_OPTIONS)
     return 0
 
 
