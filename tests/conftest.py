@@ -3,9 +3,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests._machine_turn import machine_turn
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -17,6 +20,48 @@ def pytest_configure(config: pytest.Config) -> None:
     # nothing but the launcher. Give the suite, and so its children, the usual Ctrl-C.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# Session fixtures that a worker builds for itself: tests using them are one xdist group, so
+# one worker starts the `vllm serve` and makes the hub venvs, once.
+ONE_WORKER_FIXTURES = ("vllm_server", "hub_venv")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test`: two workers, `--dist loadgroup`, scopes in collection
+    order), the `alone` tests come first, as one group, so that one worker runs them while the
+    other takes the unit tier, which may run beside them (tests/_machine_turn.py)."""
+    if not hasattr(config, "workerinput"):
+        return
+    for item in items:
+        if item.get_closest_marker("alone"):
+            item.add_marker(pytest.mark.xdist_group("alone"))
+        elif any(name in item.fixturenames for name in ONE_WORKER_FIXTURES):  # type: ignore[attr-defined]
+            item.add_marker(pytest.mark.xdist_group("vllm_serve_and_hub_venvs"))
+    items.sort(key=lambda item: 0 if item.get_closest_marker("alone") else 1)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    # Set-up (module and session fixtures included), call and teardown, inside the test's turn
+    # on the machine when the suite runs on pytest-xdist's workers (tests/_machine_turn.py).
+    # Outermost (tryfirst), so the wait for a turn is not counted in pytest-timeout's limit.
+    folder = _shared_folder(item.config)
+    shared = item.get_closest_marker("integration") or item.get_closest_marker("smoke")
+    if folder is None or not shared:
+        yield
+        return
+    with machine_turn(folder, alone=item.get_closest_marker("alone") is not None):
+        yield
+
+
+def _shared_folder(config: pytest.Config) -> Path | None:
+    """The temporary folder this session's xdist workers share; None without xdist."""
+    if not hasattr(config, "workerinput"):
+        return None
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    return factory.getbasetemp().parent
 
 
 @pytest.hookimpl(trylast=True)  # after --durations
