@@ -5,10 +5,11 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests._machine_turn import machine_turn
+from tests._machine_turn import machine_turn, write_groups
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -22,24 +23,35 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# Session fixtures that a worker builds for itself: tests using them are one xdist group, so
-# one worker starts the `vllm serve` and makes the hub venvs, once.
+# Session fixtures that a worker builds for itself: the tests using them are one group.
 ONE_WORKER_FIXTURES = ("vllm_server", "hub_venv")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test`: two workers, `--dist loadgroup`, scopes in collection
-    order), the `alone` tests come first, as one group, so that one worker runs them while the
-    other takes the unit tier, which may run beside them (tests/_machine_turn.py)."""
-    if not hasattr(config, "workerinput"):
+    """Under pytest-xdist, in each worker: the `alone` tests first, and the groups for the
+    scheduler (tests/_machine_turn.py)."""
+    folder = _shared_folder(config)
+    if folder is None:
         return
+    items.sort(key=lambda item: 0 if item.get_closest_marker("alone") else 1)
+    groups = {}
     for item in items:
         if item.get_closest_marker("alone"):
-            item.add_marker(pytest.mark.xdist_group("alone"))
+            groups[item.nodeid] = "alone"
         elif any(name in item.fixturenames for name in ONE_WORKER_FIXTURES):  # type: ignore[attr-defined]
-            item.add_marker(pytest.mark.xdist_group("vllm_serve_and_hub_venvs"))
-    items.sort(key=lambda item: 0 if item.get_closest_marker("alone") else 1)
+            groups[item.nodeid] = "vllm_serve_and_hub_venvs"
+    write_groups(folder, groups)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (what `make test` asks for): the groups the workers wrote."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests._group_scheduling import GroupScheduling
+
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    return GroupScheduling(config, log, factory.getbasetemp())
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
