@@ -1,20 +1,20 @@
 """How `make test`'s two pytest-xdist workers share the machine (`-n 2 --dist loadgroup`).
 
-Integration tests run beside each other: most of them wait on one process at a time (a model
+Tests run two at a time: most integration tests wait on one process at a time (a model
 loading, a server starting, a pip install) and use one core of two. Those marked `alone`
 change or count what is shared machine-wide (they restart the Docker engine, or count named
-semaphores or the sandbox users' processes), so no other integration test may run while they
-do. Unit tests touch nothing shared and run beside anything.
+semaphores, which unit tests make too, or the sandbox users' processes), so no other test may
+run while they do.
 
 - `machine_turn`: a readers-writer lock over two files in the session's temporary folder, which
-  the workers share. An integration test holds `machine` shared, an `alone` test exclusive. A
+  the workers share. A test holds `machine` shared, an `alone` test exclusive. A
   test first passes through `turnstile`, which an `alone` test holds while it waits for the
   running tests to finish, so that a stream of shared turns cannot keep it waiting for ever.
 - `GroupScheduling` (tests/_group_scheduling.py): xdist's scope scheduler over the groups the
-  workers wrote at collection (`write_groups`): the `alone` tests as one unit, handed out first
-  (the collection puts them first), so that one worker runs them while the other takes the unit
-  tier; the tests that use a session fixture each worker would build for itself (the `vllm
-  serve`, the hub venvs) as one unit, so it is built once; every other test on its own."""
+  workers wrote at collection (`write_groups`), in the order of their collection (longest
+  first): the `alone` tests as one unit; the modules whose tests use a session fixture each
+  worker would build for itself (the `vllm serve`, the hub venvs) as one unit, so it is built
+  once; every other test on its own."""
 
 from __future__ import annotations
 

@@ -23,24 +23,44 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# Session fixtures that a worker builds for itself: the tests using them are one group.
+# Session fixtures that a worker builds for itself: the modules whose tests use them are one
+# group (a module, as a test may ask for one by name, `request.getfixturevalue`).
 ONE_WORKER_FIXTURES = ("vllm_server", "hub_venv")
+TRAINER = Path(__file__).parent / "integration" / "trainer"  # the end-to-end training runs
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, in each worker: the `alone` tests first, and the groups for the
-    scheduler (tests/_machine_turn.py)."""
+    """Under pytest-xdist, in each worker: the groups for the scheduler, and the order it hands
+    them out in (tests/_machine_turn.py)."""
     folder = _shared_folder(config)
     if folder is None:
         return
-    items.sort(key=lambda item: 0 if item.get_closest_marker("alone") else 1)
+    sharing = {
+        item.path
+        for item in items
+        if any(name in item.fixturenames for name in ONE_WORKER_FIXTURES)  # type: ignore[attr-defined]
+    }
     groups = {}
     for item in items:
         if item.get_closest_marker("alone"):
             groups[item.nodeid] = "alone"
-        elif any(name in item.fixturenames for name in ONE_WORKER_FIXTURES):  # type: ignore[attr-defined]
+        elif item.path in sharing:
             groups[item.nodeid] = "vllm_serve_and_hub_venvs"
+    items.sort(key=lambda item: _turn_order(item, groups))
     write_groups(folder, groups)
+
+
+def _turn_order(item: pytest.Item, groups: dict[str, str]) -> int:
+    """Longest first, so that no long test starts last: the `alone` group, then the `vllm
+    serve` group and the training runs, the unit tier last (short tests fill the end)."""
+    group = groups.get(item.nodeid)
+    if group == "alone":
+        return 0
+    if not (item.get_closest_marker("integration") or item.get_closest_marker("smoke")):
+        return 4
+    if group is not None:
+        return 1
+    return 2 if item.path.is_relative_to(TRAINER) else 3
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -60,8 +80,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     # on the machine when the suite runs on pytest-xdist's workers (tests/_machine_turn.py).
     # Outermost (tryfirst), so the wait for a turn is not counted in pytest-timeout's limit.
     folder = _shared_folder(item.config)
-    shared = item.get_closest_marker("integration") or item.get_closest_marker("smoke")
-    if folder is None or not shared:
+    if folder is None:
         yield
         return
     with machine_turn(folder, alone=item.get_closest_marker("alone") is not None):
