@@ -34,7 +34,7 @@ docs: ## build the manual from docs/ into build/docs
 # its own summary line (with its own time), which stays the log's last line: CI reads it.
 test: export AGENTHUB_MAKE_TEST_STARTED := $(shell date +%s)
 test: setup lint ## setup, lint, then every test (PYTEST_ARGS=... to narrow)
-	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) \
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS) \
 		|| { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
 # On a machine with a CUDA GPU (deselected from `make test`: CI has none).

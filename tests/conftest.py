@@ -3,9 +3,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests._machine_turn import machine_turn, write_groups
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -17,6 +21,78 @@ def pytest_configure(config: pytest.Config) -> None:
     # nothing but the launcher. Give the suite, and so its children, the usual Ctrl-C.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# Session fixtures that a worker builds for itself: the modules whose tests use them are one
+# group (a module, as a test may ask for one by name, `request.getfixturevalue`).
+ONE_WORKER_FIXTURES = ("vllm_server", "hub_venv")
+TRAINER = Path(__file__).parent / "integration" / "trainer"  # the end-to-end training runs
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, in each worker: the groups for the scheduler, and the order it hands
+    them out in (tests/_machine_turn.py)."""
+    folder = _shared_folder(config)
+    if folder is None:
+        return
+    sharing = {
+        item.path
+        for item in items
+        if any(name in item.fixturenames for name in ONE_WORKER_FIXTURES)  # type: ignore[attr-defined]
+    }
+    groups = {}
+    for item in items:
+        if item.get_closest_marker("alone"):
+            groups[item.nodeid] = "alone"
+        elif item.path in sharing:
+            groups[item.nodeid] = "vllm_serve_and_hub_venvs"
+    items.sort(key=lambda item: _turn_order(item, groups))
+    write_groups(folder, groups)
+
+
+def _turn_order(item: pytest.Item, groups: dict[str, str]) -> int:
+    """Longest first, so that no long test starts last: the `alone` group, then the `vllm
+    serve` group and the training runs, the unit tier last (short tests fill the end)."""
+    group = groups.get(item.nodeid)
+    if group == "alone":
+        return 0
+    if not (item.get_closest_marker("integration") or item.get_closest_marker("smoke")):
+        return 4
+    if group is not None:
+        return 1
+    return 2 if item.path.is_relative_to(TRAINER) else 3
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (what `make test` asks for): the groups the workers wrote."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests._group_scheduling import GroupScheduling
+
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    return GroupScheduling(config, log, factory.getbasetemp())
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    # Set-up (module and session fixtures included), call and teardown, inside the test's turn
+    # on the machine when the suite runs on pytest-xdist's workers (tests/_machine_turn.py).
+    # Outermost (tryfirst), so the wait for a turn is not counted in pytest-timeout's limit.
+    folder = _shared_folder(item.config)
+    if folder is None:
+        yield
+        return
+    with machine_turn(folder, alone=item.get_closest_marker("alone") is not None):
+        yield
+
+
+def _shared_folder(config: pytest.Config) -> Path | None:
+    """The temporary folder this session's xdist workers share; None without xdist."""
+    if not hasattr(config, "workerinput"):
+        return None
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    return factory.getbasetemp().parent
 
 
 @pytest.hookimpl(trylast=True)  # after --durations

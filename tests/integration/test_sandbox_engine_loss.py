@@ -23,7 +23,8 @@ from tests.integration import _dockerd
 from tests.integration.test_sandbox_docker import containers_of
 from tests.tiny_model import build_tokenizer
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio]
+# alone: it restarts the Docker engine under every other sandbox user.
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.anyio]
 
 ADD = function_task("add", "assert add(1, 2) == 3", "assert add(2, 2) == 4")
 SOLVED = "```python\ndef add(a, b):\n    return a + b\n```"

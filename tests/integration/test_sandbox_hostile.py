@@ -18,7 +18,13 @@ import pytest
 from agenthub.sandbox import BwrapSandbox, DockerSandbox, ExecStatus, Limits, Sandbox
 from agenthub.sandbox._process import BWRAP_UID_BASE
 
-pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(120)]
+# alone: it counts the live processes of the bwrap sandbox users, whoever started them.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.alone,
+    pytest.mark.anyio,
+    pytest.mark.timeout(120),
+]
 
 TIMEOUT_S = 5.0
 # Generous: a docker container that hit a limit is replaced before `run` returns, and the

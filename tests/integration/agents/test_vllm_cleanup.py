@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# alone: it counts the named semaphores in /dev/shm, which any engine starting beside it adds.
+pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(300)]
 
 OWNER = """
 import asyncio, os, sys

@@ -25,7 +25,8 @@ import pytest
 from tests.integration import _dockerd
 from tests.integration.trainer.test_train_cli import _records, _start, _state, _trained_steps
 
-pytestmark = [pytest.mark.integration]
+# alone: it restarts the Docker engine under every other sandbox user.
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 STEPS = 14
 ARGS = [
