@@ -51,8 +51,12 @@ def start(timeout_s: float = 60.0) -> None:
                 os.remove(path)
         # As a session leader, setsid forks dockerd off and exits: dockerd is nobody's child
         # here, as under setup.sh.
+        # Without what vLLM set in this process for itself (LD_PRELOAD of torch's libgomp): a
+        # dockerd that kept it would fail every container once this venv is gone.
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
         subprocess.Popen(
             ["setsid", "sh", "-c", f"exec dockerd >{LOG} 2>&1"],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
