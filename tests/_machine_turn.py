@@ -22,7 +22,7 @@ import fcntl
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 GROUPS = "xdist-groups.json"
@@ -41,6 +41,30 @@ def machine_turn(folder: Path, *, alone: bool) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(machine, fcntl.LOCK_UN)
+
+
+class Turns:
+    """One worker's turns, one a test; but an `alone` turn is kept for the next test when that
+    one is `alone` too: let go between them, the other worker would slip a test in, which runs
+    by itself while this one waits."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._kept: ExitStack | None = None
+
+    @contextmanager
+    def of(self, *, alone: bool, next_alone: bool) -> Iterator[None]:
+        stack, self._kept = self._kept, None
+        if stack is None:
+            stack = ExitStack()
+            stack.enter_context(machine_turn(self.folder, alone=alone))
+        try:
+            yield
+        finally:
+            if alone and next_alone:
+                self._kept = stack
+            else:
+                stack.close()
 
 
 def write_groups(folder: Path, groups: dict[str, str]) -> None:

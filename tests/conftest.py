@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests._machine_turn import machine_turn, write_groups
+from tests._machine_turn import Turns, write_groups
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent
@@ -26,6 +26,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # Session fixtures that a worker builds for itself: the modules whose tests use them are one
 # group (a module, as a test may ask for one by name, `request.getfixturevalue`).
 ONE_WORKER_FIXTURES = ("vllm_server", "hub_venv")
+TURNS = pytest.StashKey[Turns]()
 TRAINER = Path(__file__).parent / "integration" / "trainer"  # the end-to-end training runs
 
 
@@ -75,7 +76,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     # Set-up (module and session fixtures included), call and teardown, inside the test's turn
     # on the machine when the suite runs on pytest-xdist's workers (tests/_machine_turn.py).
     # Outermost (tryfirst), so the wait for a turn is not counted in pytest-timeout's limit.
@@ -83,7 +84,9 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     if folder is None:
         yield
         return
-    with machine_turn(folder, alone=item.get_closest_marker("alone") is not None):
+    turns = item.config.stash.setdefault(TURNS, Turns(folder))
+    alone = item.get_closest_marker("alone") is not None
+    with turns.of(alone=alone, next_alone=bool(nextitem and nextitem.get_closest_marker("alone"))):
         yield
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._machine_turn import machine_turn, write_groups
+from tests._machine_turn import Turns, machine_turn, write_groups
 
 
 class Turn:
@@ -74,6 +74,21 @@ def test_a_waiting_alone_turn_goes_before_shared_turns_asked_after_it(
     assert not later.held.wait(0.3), "a shared turn ran beside the alone one"
     alone.release()
     assert later.held.wait(10)
+
+
+def test_a_worker_keeps_its_alone_turn_between_two_alone_tests(
+    tmp_path: Path, turns: list[Turn]
+) -> None:
+    worker = Turns(tmp_path)
+    with worker.of(alone=True, next_alone=True):
+        pass
+    other = _take(turns, tmp_path, alone=False)
+    assert not other.held.wait(0.3), "the other worker slipped a test in between"
+    with worker.of(alone=True, next_alone=False):
+        assert not other.held.is_set()
+    assert other.held.wait(10), "the turn is let go after the last alone test"
+    with worker.of(alone=False, next_alone=False):
+        assert other.held.is_set(), "shared turns run together"
 
 
 def test_the_scheduler_takes_the_workers_groups_and_leaves_the_rest_apart(tmp_path: Path) -> None:
