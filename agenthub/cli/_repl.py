@@ -79,8 +79,6 @@ def repl_command(args: argparse.Namespace) -> int:
 
 async def _start_engine(model: Path, seed: int) -> InferenceEngine:
     """vLLM for the REPL's `:gen`, started on its first use."""
-    from agenthub.agents import VLLMEngine
-
     # vLLM's start-up log would bury the episode; VLLM_LOGGING_LEVEL=INFO brings it back.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     # The engine core runs in a process group of its own, so a Ctrl-C typed later (at the
@@ -103,7 +101,11 @@ async def _start_engine(model: Path, seed: int) -> InferenceEngine:
         if callable(entry_stops):
             entry_stops(signal.SIGINT, None)
 
+    # vLLM's import (seconds, more on a busy machine) is inside: a Ctrl-C typed while it runs
+    # is the start's too, not an interrupt that drops the load.
     with interruptible_start(quitting="the REPL quits, its episode unsaved", forgive=forgive):
+        from agenthub.agents import VLLMEngine
+
         try:
             return VLLMEngine(model, seed=seed, max_num_seqs=1, own_process_group=True)
         except Exception as exc:
