@@ -1,4 +1,5 @@
-"""How `make test`'s two pytest-xdist workers share the machine (`-n 2 --dist loadgroup`).
+"""How `make test-parallel`'s two pytest-xdist workers share the machine (`-n 2 --dist
+loadgroup`).
 
 Tests run two at a time: most integration tests wait on one process at a time (a model
 loading, a server starting, a pip install) and use one core of two. Those marked `alone`

@@ -66,7 +66,7 @@ def _turn_order(item: pytest.Item, groups: dict[str, str]) -> int:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadgroup` (what `make test` asks for): the groups the workers wrote."""
+    """`--dist loadgroup` (what `make test-parallel` asks for): the groups the workers wrote."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from tests._group_scheduling import GroupScheduling
