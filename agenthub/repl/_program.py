@@ -26,6 +26,7 @@ from agenthub.repl._files import append_line
 from agenthub.repl._program_calls import ShownCalls
 from agenthub.repl._render import (
     LEGEND,
+    counted,
     show_help,
     show_legend,
     show_saved,
@@ -146,7 +147,7 @@ class ProgramStage:
 
     def _show_outcome(self, t: Trajectory) -> None:
         segments = len(t.segments) + 1 if t.tokens else 0
-        calls = f"{_count(t.num_turns, 'call')} in {_count(segments, 'segment')}"
+        calls = f"{counted(t.num_turns, 'call')} in {counted(segments, 'segment')}"
         if t.error is not None:
             self.stage.failures += 1
             self.console.print(Text(f"{t.error.cause}: {t.error.message}", style="bold red"))
@@ -246,7 +247,3 @@ def token_kinds(t: Trajectory) -> list[TokenKind]:
             sampled = True
         kinds.append("model" if mask else "env" if sampled else "prompt")
     return kinds
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'s' * (n != 1)}"

@@ -20,6 +20,7 @@ from agenthub.repl._episode import Episode, TokenKind
 from agenthub.repl._input import COMMANDS, ENTRY_HELP
 
 __all__ = [
+    "counted",
     "show_failure",
     "show_observation",
     "show_saved",
@@ -166,15 +167,19 @@ def show_generation(console: Console, generation: Generation, text: str, seconds
     console.print(Text(text), markup=False)
 
 
+def counted(n: int, what: str) -> str:
+    """`n` and `what`, plural unless `n` is 1: "1 call", "3 calls"."""
+    return f"{n} {what}{'s' * (n != 1)}"
+
+
 def show_saved(
     console: Console, path: Path, line: int, trajectory: Trajectory, turn: str = "step"
 ) -> None:
     """What `:save` wrote: where, and the trajectory's size and return."""
-    turns = f"{trajectory.num_turns} {turn}{'s' * (trajectory.num_turns != 1)}"
     console.print(
         Text(
             f"saved line {line} of {path}: {len(trajectory.tokens)} tokens, "
-            f"{turns}, return {trajectory.reward:g}",
+            f"{counted(trajectory.num_turns, turn)}, return {trajectory.reward:g}",
             style="bold",
         ),
         markup=False,
