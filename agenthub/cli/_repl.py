@@ -104,6 +104,12 @@ async def _start_engine(model: Path, seed: int) -> InferenceEngine:
     # vLLM's import (seconds, more on a busy machine) is inside: a Ctrl-C typed while it runs
     # is the start's too, not an interrupt that drops the load.
     with interruptible_start(quitting="the REPL quits, its episode unsaved", forgive=forgive):
+        # Said once Ctrl-C is the start's: one typed before this line stops the entry at once.
+        print(
+            "(Ctrl-C stops this entry once the model is up; twice quits the REPL)",
+            file=sys.stderr,
+            flush=True,
+        )
         from agenthub.agents import VLLMEngine
 
         try:

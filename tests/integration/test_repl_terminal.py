@@ -26,6 +26,9 @@ UP = "\x1b[A"
 # the start's thread lets go of the GIL: a library's import (torch's shared objects) can hold it
 # for seconds on a loaded 2-core machine (10 s was not enough on CI). The order is what counts.
 STARTING_S = 60
+# Printed once the start has taken Ctrl-C over: one typed before it (the REPL may not have run
+# since it printed "loading the model" on a busy machine) is an ordinary interrupt of the entry.
+START_TAKES_CTRL_C = "Ctrl-C stops this entry once the model is up"
 
 
 class Terminal:
@@ -196,6 +199,7 @@ def test_ctrl_c_while_the_model_loads_stops_the_entry_and_keeps_the_model(
     try:
         term.child.send(":gen\r")
         term.child.expect("loading the model", timeout=60)
+        term.child.expect(START_TAKES_CTRL_C, timeout=60)
         term.child.sendcontrol("c")
         term.child.expect("the model is still loading", timeout=STARTING_S)
         out = term._wait(300)
@@ -214,6 +218,7 @@ def test_a_second_ctrl_c_while_the_model_loads_quits_at_once(
     try:
         term.child.send(":gen\r")
         term.child.expect("loading the model", timeout=60)
+        term.child.expect(START_TAKES_CTRL_C, timeout=60)
         term.child.sendcontrol("c")
         term.child.expect("the model is still loading", timeout=STARTING_S)
         term.child.sendcontrol("c")
