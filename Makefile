@@ -10,7 +10,7 @@ export NO_MKDOCS_2_WARNING := 1
 .DEFAULT_GOAL := help
 # Prerequisites run in the order written: the venv must exist before lint and pytest use it.
 .NOTPARALLEL:
-.PHONY: help setup lint docs test test-gpu test-unit train clean
+.PHONY: help setup lint docs test test-serial test-gpu test-unit train clean
 
 help: ## list the targets
 	@awk 'BEGIN { FS = ":.*## " } /^[a-z-]+:.*## / { printf "  %-10s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -29,19 +29,21 @@ docs: ## build the manual from docs/ into build/docs
 	$(BIN)/mkdocs build --strict
 	@echo "the manual: build/docs/index.html"
 
+# Two pytest-xdist workers (tests/_machine_turn.py): most integration tests wait on one process
+# at a time, so two run at once; tests marked `alone` run by themselves.
 # pytest exits 5 when it collects nothing; that fails here like any other non-zero code.
 # It prints the 25 slowest tests, then the time since make started (tests/conftest.py), then
 # its own summary line (with its own time), which stays the log's last line: CI reads it.
+PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
 test: export AGENTHUB_MAKE_TEST_STARTED := $(shell date +%s)
-test: setup lint ## setup, lint, then every test (PYTEST_ARGS=... to narrow)
-	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS) \
+test: setup lint ## setup, lint, then every test, two at a time (PYTEST_ARGS=... to narrow)
+	$(BIN)/python -m pytest $(PARALLEL) --durations=25 $(PYTEST_ARGS) \
 		|| { rc=$$?; [ $$rc -ne 5 ] || echo "pytest collected no tests" >&2; exit $$rc; }
 
-# The same tests on two pytest-xdist workers (tests/_machine_turn.py): 0.75x the serial time
-# here, not yet CI's command (the REPL's Ctrl-C-at-load tests failed once beside other tests).
-test-parallel: export AGENTHUB_MAKE_TEST_STARTED := $(shell date +%s)
-test-parallel: setup lint ## every test, two at a time (PYTEST_ARGS=... to narrow)
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+# One test at a time, in one process: for a failure that only shows beside other tests.
+test-serial: export AGENTHUB_MAKE_TEST_STARTED := $(shell date +%s)
+test-serial: setup lint ## every test, one at a time (PYTEST_ARGS=... to narrow)
+	$(BIN)/python -m pytest --durations=25 $(PYTEST_ARGS)
 
 # On a machine with a CUDA GPU (deselected from `make test`: CI has none).
 test-gpu: ## the GPU tests (needs CUDA; PYTEST_ARGS=... to narrow)

@@ -1,4 +1,4 @@
-"""The scheduler of `make test-parallel`'s pytest-xdist run (see tests/_machine_turn.py);
+"""The scheduler of `make test`'s pytest-xdist run (see tests/_machine_turn.py);
 imported only where xdist runs the suite."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How `make test-parallel`'s two pytest-xdist workers share the machine (`-n 2 --dist
+"""How `make test`'s two pytest-xdist workers share the machine (`-n 2 --dist
 loadgroup`).
 
 Tests run two at a time: most integration tests wait on one process at a time (a model

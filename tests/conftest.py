@@ -28,6 +28,11 @@ def pytest_configure(config: pytest.Config) -> None:
 ONE_WORKER_FIXTURES = ("vllm_server", "hub_venv")
 TURNS = pytest.StashKey[Turns]()
 TRAINER = Path(__file__).parent / "integration" / "trainer"  # the end-to-end training runs
+# The training runs that keep both cores 73-84% busy on their own: side by side they took 1.6x
+# as long each, so they run one after another on one worker, beside the tests that wait.
+BUSY_TRAINING_RUNS = {
+    TRAINER / name for name in ("test_train_cli.py", "test_multi_node.py", "test_learner_ranks.py")
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -47,6 +52,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             groups[item.nodeid] = "alone"
         elif item.path in sharing:
             groups[item.nodeid] = "vllm_serve_and_hub_venvs"
+        elif item.path in BUSY_TRAINING_RUNS:
+            groups[item.nodeid] = "busy_training_runs"
     items.sort(key=lambda item: _turn_order(item, groups))
     write_groups(folder, groups)
 
@@ -66,7 +73,7 @@ def _turn_order(item: pytest.Item, groups: dict[str, str]) -> int:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadgroup` (what `make test-parallel` asks for): the groups the workers wrote."""
+    """`--dist loadgroup` (what `make test` asks for): the groups the workers wrote."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from tests._group_scheduling import GroupScheduling
