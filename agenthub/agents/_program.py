@@ -40,6 +40,9 @@ class ProgramPlayer:
 
     `watch`, when given, is handed each endpoint episode as it opens, so that one watching
     the engine can tell which segment a call belongs to (the REPL shows the calls live).
+    `outcome`, when given, is handed each episode's program result and the step that scored
+    it (None when the episode failed before scoring), which the trajectory does not keep
+    (the REPL shows them beside the reward).
     """
 
     def __init__(
@@ -50,12 +53,14 @@ class ProgramPlayer:
         env_id: str,
         *,
         watch: Callable[[EndpointEpisode], object] | None = None,
+        outcome: Callable[[Any, Step[Any] | None], object] | None = None,
     ) -> None:
         self.endpoint = OpenAIEndpoint(engine, chat, config)
         self.config = config
         self.env_id = env_id
         self.loopback = Loopback(self.endpoint.app)
         self.watch = watch
+        self.outcome = outcome
 
     async def play(
         self, env: AgentProgramEnv, task: Task, sample: int, seed: int | None
@@ -87,6 +92,8 @@ class ProgramPlayer:
             scoring = time.perf_counter()
             step, error = await self._score(env, task, result)
             score_s = time.perf_counter() - scoring
+        if self.outcome is not None:
+            self.outcome(result, step)
         timings = Timings(
             generate_s=episode.generate_s,
             env_s=max(0.0, program_s - episode.generate_s),

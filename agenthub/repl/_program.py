@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import shlex
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,7 +13,7 @@ from rich.text import Text
 
 from agenthub._env import Env
 from agenthub._errors import AgentHubError
-from agenthub._types import Task
+from agenthub._types import Step, Task
 from agenthub.agents import (
     InferenceEngine,
     RolloutConfig,
@@ -89,6 +90,8 @@ class ProgramStage:
         self.task: Task | None = None
         self.index = 0
         self.trajectory: Trajectory | None = None
+        self.result: Any = None  # what the last episode's program returned
+        self.info: dict[str, Any] = {}  # the verifier's (or reward's) info on that result
 
     @property
     def prompt(self) -> str:
@@ -110,7 +113,7 @@ class ProgramStage:
         """Take task `index` and say how an episode of it is played."""
         self.task = await self.tasks.get(index)  # a task that is not there leaves the current one
         self.index, self.trajectory = index, None
-        show_task(self.console, self.task, index, None)
+        show_task(self.console, self.task, index, self._seeding())
         self.console.print(Text(self._how(), style="bold"), markup=False)
 
     def cannot_type(self) -> AgentHubError:
@@ -127,7 +130,10 @@ class ProgramStage:
         show_settings(self.console, sampling)
         shown = ShownCalls(engine, self.chat, self.console)
         config = RolloutConfig(sampling=sampling, concurrency=1)
-        player = ProgramPlayer(shown, self.chat, config, self.env_id, watch=shown.watch)
+        self.result, self.info = None, {}
+        player = ProgramPlayer(
+            shown, self.chat, config, self.env_id, watch=shown.watch, outcome=self._scored
+        )
         env = self.stage.make_env()
         try:
             assert isinstance(env.unwrapped, AgentProgramEnv)
@@ -138,6 +144,9 @@ class ProgramStage:
                 await self._close(env)
         self.trajectory = trajectory
         self._show_outcome(trajectory)
+
+    def _scored(self, result: Any, step: Step[Any] | None) -> None:
+        self.result, self.info = result, {} if step is None else dict(step.info)
 
     async def _close(self, env: Env[Any]) -> None:
         try:
@@ -151,6 +160,7 @@ class ProgramStage:
         if t.error is not None:
             self.stage.failures += 1
             self.console.print(Text(f"{t.error.cause}: {t.error.message}", style="bold red"))
+            self._show_result()
             self.console.print(
                 Text(
                     f"the episode failed after {calls}, as train and eval would record it (no "
@@ -171,6 +181,9 @@ class ProgramStage:
             style="dim",
         )
         self.console.print(head, markup=False)
+        self._show_result()
+        if self.info:
+            self.console.print(Text(f"info: {to_json(self.info)}", style="dim"), markup=False)
         logs = {k: v for k, v in t.extra_logs.items() if k != "segments"}
         if logs:
             self.console.print(Text(f"extra_logs: {to_json(logs)}", style="dim"), markup=False)
@@ -178,6 +191,16 @@ class ProgramStage:
             Text(":tokens shows it, :save FILE keeps it, :gen plays another", style="bold"),
             markup=False,
         )
+
+    def _show_result(self) -> None:
+        """What the program returned, the result its reward or verifier graded; nothing when it
+        returned None or failed before returning."""
+        if self.result is None:
+            return
+        result = self.result
+        text = result if isinstance(result, str) else json.dumps(result, default=repr)
+        self.console.print(Text("the program returned:", style="bold"), markup=False)
+        self.console.print(Text(text[-2000:]), markup=False)
 
     async def _tokens(self, args: tuple[str, ...]) -> None:
         t = self._played()
@@ -225,6 +248,14 @@ class ProgramStage:
         if self.trajectory is None:
             raise AgentHubError("no episode was played on this task yet: :gen runs the program")
         return self.trajectory
+
+    def _seeding(self) -> str:
+        """How the episodes' sampling is seeded: the program's env is never reset, so the REPL's
+        reset seed plays no part; the sampling seed (`:set seed`) does, one more per call."""
+        seed = self._sampling().seed
+        if seed is None:
+            return "unseeded: each :gen samples afresh; :set seed N repeats an episode"
+        return f"sampling seed {seed}, one more for each later call of an episode"
 
     def _how(self) -> str:
         return (

@@ -48,9 +48,11 @@ LEGEND: dict[TokenKind, str] = {
 }
 
 
-def show_task(console: Console, task: Task, index: int | None, seed: int | None) -> None:
+def show_task(console: Console, task: Task, index: int | None, seeding: str) -> None:
+    """The task's header, with `seeding` (how its episode is seeded, e.g. "seed 0") in
+    brackets, then its prompt and label."""
     where = f"task {index}" if index is not None else "task"
-    console.print(Text(f"── {where}: {task.id}  (seed {seed})", style="bold"))
+    console.print(Text(f"── {where}: {task.id}  ({seeding})", style="bold"), markup=False)
     if isinstance(task.prompt, str):
         console.print(Text(task.prompt))
     else:

@@ -56,7 +56,7 @@ class Stage:
         env's reset failed (shown)."""
         if self.episode is not None:
             await self.close()
-        show_task(self.console, task, task_index, self.seed)
+        show_task(self.console, task, task_index, f"seed {self.seed}")
         episode = await self.open(task)
         if episode is None:
             return False

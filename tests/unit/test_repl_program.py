@@ -4,6 +4,7 @@ REPL's model, each call shown as it is served, through the endpoint train and ev
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from agenthub.agents import (
     ChatTokenizer,
     EpisodeRunner,
     FakeEngine,
+    Generation,
     InferenceEngine,
     RolloutConfig,
     SamplingParams,
@@ -81,6 +83,8 @@ async def test_gen_shows_each_call_and_its_tool_calls_then_the_reward(
     h = await on_program(chat, fixtures, engine, program=f"{PROGRAMS}:react")
     opening = flat(h.buffer.getvalue())
     assert "task 0: t1" in opening and "What is 2 + 3?" in opening
+    assert "(unseeded: each :gen samples afresh; :set seed N repeats an episode)" in opening
+    assert "seed None" not in opening
     assert f"its program ({PROGRAMS}:react) plays the episode" in opening
     assert "you cannot type its actions" in opening
     assert h.repl.prompt == "agent_program :gen> "
@@ -96,6 +100,8 @@ async def test_gen_shows_each_call_and_its_tool_calls_then_the_reward(
     assert chat.decode_all(added) in out and "5" in chat.decode_all(added)
     assert out.count("model (") == 2 and "The sum is 5." in out
     assert "episode over: reward 1  2 calls in 1 segment  terminated True  truncated False" in out
+    assert "the program returned:\nThe sum is 5.\n" in out.split("episode over")[1]
+    assert "info:" not in out  # the reward function gives none
 
     # The episode is the one train and eval would get from the same engine, token for token.
     t = played(h)
@@ -194,4 +200,73 @@ async def test_typing_undo_and_load_say_that_the_program_owns_the_loop(
     assert "no episode was played on this task yet: :gen runs" in flat(await h.type(":tokens"))
     assert "you cannot type its actions" in flat(await h.type(":help"))
     assert h.repl.failures == 4
+    await h.repl.aclose()
+
+
+class SeedRecordingEngine(FakeEngine):
+    """An echo engine that keeps the sampling seed of each call."""
+
+    def __init__(self, chat: ChatTokenizer) -> None:
+        echo = echo_engine(chat)
+        super().__init__(echo._reply, stop_token_ids=chat.stop_token_ids)
+        self.seeds: list[int | None] = []
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> Generation:
+        self.seeds.append(sampling.seed)
+        return await super().generate(prompt_ids, sampling)
+
+
+async def test_the_header_names_the_sampling_seed_the_program_s_calls_use(
+    chat: ChatTokenizer, fixtures: Path
+) -> None:
+    engine = SeedRecordingEngine(chat)
+    h = await on_program(
+        chat,
+        fixtures,
+        engine,
+        program=f"{PROGRAMS}:summarising",
+        reward=f"{PROGRAMS}:length_reward",
+    )
+    await h.type(":set seed 7")
+    header = flat(await h.type(":reset 0"))
+    assert "task 0: t1 (sampling seed 7, one more for each later call of an episode)" in header
+    await h.type(":gen")
+    assert engine.seeds == [7, 8, 9]
+    await h.repl.aclose()
+
+
+async def test_a_verifier_s_info_and_the_program_s_result_are_shown_beside_the_reward(
+    chat: ChatTokenizer, fixtures: Path
+) -> None:
+    verifier = f"{PROGRAMS}:ContainsLabel"
+    h = await on_program(
+        chat,
+        fixtures,
+        echo_engine(chat),
+        program=f"{PROGRAMS}:summarising",
+        verifier=verifier,
+        reward=None,
+    )
+    out = await h.type(":gen")
+    after = out.split("episode over: reward 0")[1]
+    assert "the program returned:\nok t1\n" in after
+    assert 'info: {"label_found": false}' in after
+    await h.repl.aclose()
+
+
+async def test_a_result_that_fails_scoring_is_shown_with_the_error(
+    chat: ChatTokenizer, fixtures: Path
+) -> None:
+    h = await on_program(
+        chat,
+        fixtures,
+        echo_engine(chat),
+        program=f"{PROGRAMS}:dict_result",
+        verifier=f"{PROGRAMS}:ContainsLabel",
+        reward=None,
+    )
+    out = await h.type(":gen")
+    assert "env_error: the agent program returned dict, but verifier" in out
+    assert 'the program returned:\n{"answer": "ok t1"}' in out
+    assert "episode over" not in out and h.repl.failures == 1
     await h.repl.aclose()

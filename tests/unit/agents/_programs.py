@@ -66,6 +66,13 @@ async def raising(client: Any, task: Task) -> str:
     raise KeyError("no such tool")
 
 
+async def dict_result(client: Any, task: Task) -> dict[str, str]:
+    """Returns its reply in a dict, which a verifier (grading a reply) refuses."""
+    hi = [{"role": "user", "content": f"Task {task.id}: hi"}]
+    reply = await client.chat.completions.create(model="m", messages=hi)
+    return {"answer": str(reply.choices[0].message.content)}
+
+
 async def hanging(client: Any, task: Task) -> str:
     await anyio.sleep_forever()
     return ""
@@ -95,4 +102,5 @@ class ContainsLabel(Env[list[Message]]):
         return [], {}
 
     async def step(self, action: str) -> Step[list[Message]]:
-        return Step([], reward=float(self.label in action), terminated=True)
+        found = self.label in action
+        return Step([], reward=float(found), terminated=True, info={"label_found": found})
