@@ -63,6 +63,7 @@ class Env(abc.ABC, Generic[ObsT]):
     system message is kept instead. Read when the episode opens, like `tools`; it needs the
     chat template."""
     _np_random: np.random.Generator | None = None
+    _seed: int | None = None
 
     @abc.abstractmethod
     async def reset(self, task: Task, *, seed: int | None = None) -> tuple[ObsT, dict[str, Any]]:
@@ -103,14 +104,19 @@ class Env(abc.ABC, Generic[ObsT]):
 
     @property
     def np_random(self) -> np.random.Generator:
-        """The episode's random generator, seeded by `reseed` (from entropy until then)."""
+        """The episode's random generator, seeded by `reseed` (from entropy until then).
+
+        Built on first use after each `reseed`, from the seed given: the same draws as a
+        generator built in `reseed` itself, without its cost (a tenth of a served episode's
+        CPU) for the many envs that reseed on every reset and never draw."""
         if self._np_random is None:
-            self._np_random = np.random.default_rng()
+            self._np_random = np.random.default_rng(self._seed)
         return self._np_random
 
     def reseed(self, seed: int | None) -> None:
         """Reseed `np_random`; `None` draws fresh entropy."""
-        self._np_random = np.random.default_rng(seed)
+        self._seed = seed
+        self._np_random = None
 
     @property
     def unwrapped(self) -> Env[Any]:
