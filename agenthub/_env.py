@@ -63,7 +63,7 @@ class Env(abc.ABC, Generic[ObsT]):
     system message is kept instead. Read when the episode opens, like `tools`; it needs the
     chat template."""
     _np_random: np.random.Generator | None = None
-    _seed: int | None = None
+    _np_seed: int | None = None
 
     @abc.abstractmethod
     async def reset(self, task: Task, *, seed: int | None = None) -> tuple[ObsT, dict[str, Any]]:
@@ -110,12 +110,12 @@ class Env(abc.ABC, Generic[ObsT]):
         generator built in `reseed` itself, without its cost (a tenth of a served episode's
         CPU) for the many envs that reseed on every reset and never draw."""
         if self._np_random is None:
-            self._np_random = np.random.default_rng(self._seed)
+            self._np_random = np.random.default_rng(self._np_seed)
         return self._np_random
 
     def reseed(self, seed: int | None) -> None:
         """Reseed `np_random`; `None` draws fresh entropy."""
-        self._seed = seed
+        self._np_seed = seed
         self._np_random = None
 
     @property
