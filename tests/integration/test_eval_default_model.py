@@ -154,9 +154,11 @@ def test_a_signal_while_the_engine_starts_ends_eval_at_once(sig: str, tmp_path: 
     ) as process:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
-            # The engine core is a spawned child of its own (not the resource tracker).
+            # The engine core is a spawned child of its own, known by its command line: a child
+            # caught between fork and exec still has eval's (the resource tracker's start, which
+            # can come before the start's signal handling), and a signal then is not the start's.
             children = psutil.Process(process.pid).children()
-            if any("resource_tracker" not in " ".join(c.cmdline()) for c in children):
+            if any(_spawned(child) for child in children):
                 break
             time.sleep(0.05)
         os.killpg(process.pid, getattr(signal, sig))  # as a terminal's Ctrl-C, or `kill`
@@ -171,3 +173,13 @@ def test_a_signal_while_the_engine_starts_ends_eval_at_once(sig: str, tmp_path: 
         for p in psutil.process_iter(["cmdline"])
         if str(tmp_path) in " ".join(p.info["cmdline"] or [])
     ], "a process of the interrupted eval is left"
+
+
+def _spawned(process: Any) -> bool:
+    """A `multiprocessing` spawn child (vLLM's engine core), not its resource tracker."""
+    import psutil
+
+    try:
+        return "spawn_main" in " ".join(process.cmdline())
+    except psutil.Error:  # gone, or not yet readable
+        return False
