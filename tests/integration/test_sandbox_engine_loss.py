@@ -64,45 +64,6 @@ def restarts() -> Iterator[list[Restart]]:
                 restart.wait(timeout_s=150)
 
 
-@pytest.mark.timeout(420)
-async def test_runs_across_a_restart_get_engine_lost_then_new_containers(
-    restarts: list[Restart],
-) -> None:
-    had = _left_behind()
-    limits = Limits(timeout_s=5)
-    results: list[tuple[float, float, ExecResult]] = []
-    async with DockerSandbox(pool_size=2, limits=limits) as sandbox:
-        await sandbox.start()
-        before = {channel.id for channel in sandbox._idle}
-        restart = Restart(delay_s=2)
-        restarts.append(restart)
-
-        async def loop() -> None:
-            while time.monotonic() < restart.back_at + 8:
-                started = time.monotonic()
-                result = await sandbox.run("import time; time.sleep(0.2); print('ok')")
-                results.append((started, time.monotonic(), result))
-                await anyio.sleep(0.1)
-
-        async with anyio.create_task_group() as group:
-            for _ in range(3):
-                group.start_soon(loop)
-        await restart.join()
-        after = {channel.id for channel in sandbox._idle}
-    statuses = [r.status for _, _, r in results]
-    assert set(statuses) <= {ExecStatus.OK, ExecStatus.ENGINE_LOST}, statuses
-    lost = [r for _, _, r in results if r.status is ExecStatus.ENGINE_LOST]
-    assert lost, "no run met the engine's gap"
-    assert all("Docker engine" in r.detail for r in lost), lost[0].detail
-    late = [r for started, _, r in results if started > restart.back_at + 1]
-    assert late and all(r.ok and r.stdout == "ok\n" for r in late), late
-    assert after and not after & before, "runs after the restart must use new containers"
-    bound = limits.timeout_s + GRACE_S + CONNECT_S
-    assert max(end - start for start, end, _ in results) < bound
-    assert sandbox.live_containers() == 0
-    assert _left_behind() <= had, "no container or process of this test is left"
-
-
 @pytest.fixture(scope="module")
 def chat(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
     out: Path = tmp_path_factory.mktemp("tiny-tokenizer")
@@ -111,10 +72,61 @@ def chat(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
 
 
 @pytest.mark.timeout(420)
-async def test_code_exec_episodes_that_meet_a_restart_end_as_env_error(
+async def test_sandbox_runs_and_code_exec_episodes_across_one_restart(
     restarts: list[Restart], chat: ChatTokenizer
 ) -> None:
+    """One restart for both users of the engine (a restart costs seconds the test only waits):
+    bare sandbox runs, and code_exec episodes on a sandbox pool of their own."""
     had = _left_behind()
+    limits = Limits(timeout_s=5)
+    runs: list[tuple[float, float, ExecResult]] = []
+    episodes: list[tuple[float, Trajectory]] = []
+    async with DockerSandbox(pool_size=2, limits=limits) as sandbox:
+        await sandbox.start()
+        before = {channel.id for channel in sandbox._idle}
+        restart = Restart(delay_s=3)
+        restarts.append(restart)
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(_run_until_after, sandbox, restart, runs)
+            group.start_soon(_play_until_after, chat, restart, episodes)
+        await restart.join()
+        after = {channel.id for channel in sandbox._idle}
+    _check_runs(runs, restart, limits)
+    assert after and not after & before, "runs after the restart must use new containers"
+    assert sandbox.live_containers() == 0
+    _check_episodes(episodes, restart)
+    assert _left_behind() <= had, "no container or process of this test is left"
+
+
+async def _run_until_after(
+    sandbox: DockerSandbox, restart: Restart, runs: list[tuple[float, float, ExecResult]]
+) -> None:
+    while time.monotonic() < restart.back_at + 8:
+        started = time.monotonic()
+        result = await sandbox.run("import time; time.sleep(0.2); print('ok')")
+        runs.append((started, time.monotonic(), result))
+        await anyio.sleep(0.1)
+
+
+def _check_runs(
+    runs: list[tuple[float, float, ExecResult]], restart: Restart, limits: Limits
+) -> None:
+    """Runs that met the gap got `engine_lost`, saying so; later ones succeeded; none hung."""
+    statuses = [r.status for _, _, r in runs]
+    assert set(statuses) <= {ExecStatus.OK, ExecStatus.ENGINE_LOST}, statuses
+    lost = [r for _, _, r in runs if r.status is ExecStatus.ENGINE_LOST]
+    assert lost, "no run met the engine's gap"
+    assert all("Docker engine" in r.detail for r in lost), lost[0].detail
+    late = [r for started, _, r in runs if started > restart.back_at + 1]
+    assert late and all(r.ok and r.stdout == "ok\n" for r in late), late
+    bound = limits.timeout_s + GRACE_S + CONNECT_S
+    assert max(end - start for start, end, _ in runs) < bound
+
+
+async def _play_until_after(
+    chat: ChatTokenizer, restart: Restart, finished: list[tuple[float, Trajectory]]
+) -> None:
     reply = [*chat.encode_text(SOLVED), chat.closing_ids[0]]
     runner = EpisodeRunner(
         FakeEngine(lambda prompt: reply, stop_token_ids=chat.stop_token_ids),
@@ -123,9 +135,6 @@ async def test_code_exec_episodes_that_meet_a_restart_end_as_env_error(
         RolloutConfig(concurrency=3, n_samples_per_prompt=1),
         env_kwargs={"backend": "docker", "pool_size": 2, "max_turns": 1},
     )
-    finished: list[tuple[float, Trajectory]] = []
-    restart = Restart(delay_s=3)
-    restarts.append(restart)
 
     def work() -> Iterator[Task]:
         i = 0
@@ -137,7 +146,10 @@ async def test_code_exec_episodes_that_meet_a_restart_end_as_env_error(
         finished.append((time.monotonic(), trajectory))
 
     await runner.run(work(), on_trajectory=keep)
-    await restart.join()
+
+
+def _check_episodes(finished: list[tuple[float, Trajectory]], restart: Restart) -> None:
+    """Episodes that met the gap are `env_error`s naming the engine, never a zero reward."""
     failed = [t for _, t in finished if t.error is not None]
     assert failed, "no episode met the engine's gap"
     for t in failed:
@@ -147,7 +159,6 @@ async def test_code_exec_episodes_that_meet_a_restart_end_as_env_error(
     assert scored and all(t.reward == 1.0 for t in scored), "no episode may score a zero"
     late = [t for at, t in finished if at > restart.back_at + 3]
     assert late and all(t.error is None for t in late), [t.error for t in late]
-    assert _left_behind() <= had, "no container or process of this test is left"
 
 
 def _left_behind() -> set[str]:
