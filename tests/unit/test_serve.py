@@ -18,8 +18,6 @@ from agenthub import Env, Step, Task
 from agenthub.cli import main
 from agenthub.cli._serve import _banner
 from agenthub.integrations.openenv_server import ServeConfig, ServedObservation, build_app
-from agenthub.integrations.openenv_server._app import _plain_action, _plain_reset
-from agenthub.integrations.openenv_server._protocol import ResetParams, ServedAction
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -301,44 +299,3 @@ def test_the_banner_warns_when_every_interface_listens() -> None:
     warning = banner("0.0.0.0")
     assert "anyone who can reach this port can run the env" in warning and "--token" in warning
     assert "--token" not in banner("0.0.0.0", token=True).split("WARNING")[1]
-
-
-PLAIN_ACTIONS = [{"message": "x"}, {"message": "x", "metadata": {"k": [1]}}]
-NOT_PLAIN_ACTIONS = [
-    {},
-    {"message": 3},
-    {"message": "x", "metadata": []},
-    {"message": "x", "y": 1},
-    [],
-]
-PLAIN_RESETS = [{}, {"seed": 3, "task_index": 0, "split": "held_out", "episode_id": "e"}]
-NOT_PLAIN_RESETS = [
-    {"seed": -1},
-    {"seed": True},
-    {"seed": "3"},
-    {"seed": 1.0},
-    {"task_index": -1},
-    {"episode_id": "e" * 256},
-    {"split": None},
-    {"task": {"id": "t", "prompt": "p"}},
-    {"dance": 1},
-    None,
-]
-
-
-@pytest.mark.parametrize("data", PLAIN_ACTIONS + NOT_PLAIN_ACTIONS)
-def test_a_hand_checked_step_frame_is_what_pydantic_would_build(data: Any) -> None:
-    plain = _plain_action(data)
-    assert (plain is not None) == (data in PLAIN_ACTIONS)
-    if plain is not None:
-        assert plain == ServedAction.model_validate(data)
-
-
-@pytest.mark.parametrize("data", PLAIN_RESETS + NOT_PLAIN_RESETS)
-def test_a_hand_checked_reset_frame_is_what_pydantic_would_build(data: Any) -> None:
-    """Anything but plain fields of their exact types goes to pydantic: its coercions
-    (`"3"` for 3) and its error messages stay as they were."""
-    plain = _plain_reset(data)
-    assert (plain is not None) == (data in PLAIN_RESETS)
-    if plain is not None:
-        assert plain == ResetParams.model_validate(data)

@@ -190,12 +190,16 @@ async def _answer(session: EnvSession, text: str | None) -> dict[str, Any] | Non
         raise ServeError(400, "INVALID_JSON", "binary frame: send each message as JSON text")
     message = _object(text, what="the message")
     kind, data = message.get("type"), message.get("data", {})
-    if kind == "step":
-        action = _plain_action(data) or _validated(ServedAction, data)
-        return {"type": "observation", "data": await _call(session, "step", action)}
     if kind == "reset":
-        params = _plain_reset(data) or _validated(ResetParams, data)
-        return {"type": "observation", "data": await _call(session, "reset", params)}
+        return {
+            "type": "observation",
+            "data": await _call(session, "reset", _validated(ResetParams, data)),
+        }
+    if kind == "step":
+        return {
+            "type": "observation",
+            "data": await _call(session, "step", _validated(ServedAction, data)),
+        }
     if kind == "state":
         return {"type": "state", "data": session.state().model_dump(mode="json")}
     if kind == "close":
@@ -233,41 +237,6 @@ def _object(raw: bytes | str, *, empty_ok: bool = False, what: str = "the body")
             400, "VALIDATION_ERROR", f"{what} must be a JSON object, not {type(found).__name__}"
         )
     return found
-
-
-_ACTION_KEYS = frozenset(ServedAction.model_fields)
-_PLAIN_RESET_KEYS = frozenset(("seed", "episode_id", "split", "task_index"))
-
-
-def _plain_action(data: object) -> ServedAction | None:
-    """The action of a well-formed `step` frame, checked by hand: what pydantic's validation
-    would give, at a fraction of its cost per frame. None for anything else (a wrong type,
-    an unknown field), which `_validated` then checks, for its error message."""
-    if type(data) is not dict or not data.keys() <= _ACTION_KEYS:
-        return None
-    message, metadata = data.get("message"), data.get("metadata", {})
-    if type(message) is not str or type(metadata) is not dict:
-        return None
-    return ServedAction.model_construct(message=message, metadata=metadata)
-
-
-def _plain_reset(data: object) -> ResetParams | None:
-    """`_plain_action` for reset: plain fields of their exact types only (no `task`, which
-    pydantic builds); None for anything else, which `_validated` then checks."""
-    if type(data) is not dict or not data.keys() <= _PLAIN_RESET_KEYS:
-        return None
-    seed, index = data.get("seed"), data.get("task_index")
-    episode_id, split = data.get("episode_id"), data.get("split", "train")
-    if not (
-        (seed is None or (type(seed) is int and seed >= 0))
-        and (index is None or (type(index) is int and index >= 0))
-        and (episode_id is None or (type(episode_id) is str and len(episode_id) <= 255))
-        and type(split) is str
-    ):
-        return None
-    return ResetParams.model_construct(
-        seed=seed, episode_id=episode_id, split=split, task_index=index, task=None
-    )
 
 
 def _validated(model: type[M], data: object) -> M:
