@@ -23,7 +23,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration import _dockerd
-from tests.integration.trainer.test_train_cli import _records, _start, _state, _trained_steps
+from tests.integration.trainer.test_train_cli import (
+    _processes,
+    _records,
+    _start,
+    _state,
+    _trained_steps,
+)
 
 # alone: it restarts the Docker engine under every other sandbox user.
 pytestmark = [pytest.mark.integration, pytest.mark.alone]
@@ -55,12 +61,6 @@ def _ended(run: subprocess.Popen[str], log: Path) -> tuple[str, dict]:  # type: 
     assert run.returncode == 0, output[-6000:]
     summary = json.loads(next(ln for ln in reversed(output.splitlines()) if ln.startswith("{")))
     return output, summary
-
-
-def _processes(out: Path) -> dict[str, list[int]]:
-    """The run's process ids by role ("learner_ranks", "rollout_workers"), in rank order."""
-    processes: dict[str, list[int]] = json.loads((out / "logs" / "processes.json").read_text())
-    return processes
 
 
 def _kill(out: Path, role: str, rank: int) -> int:

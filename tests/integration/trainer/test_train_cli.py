@@ -386,7 +386,7 @@ def test_two_rollout_workers_train_in_one_transfer_group_and_one_lost_in_a_sync_
     assert "rollout worker 1 died (" in said and "replacing it" in said, said[-4000:]
     assert "rollout worker 1 replaced, its engine at policy version" in said
     assert "in flight lost, the run goes on" in said
-    after = _processes(out)
+    after = _processes(out)["rollout_workers"]
     assert after[0] == before[0] and after[1] != before[1], "a new process holds rank 1 only"
     terminal = done.stdout + done.stderr
     for line in LIBRARY_LINES:
@@ -414,7 +414,8 @@ def _killed_in_sync(
         )
     try:
         _wait_until(run, stderr, held.exists)  # the hook holds the worker in the sync now
-        worker, pids = psutil.Process(int(held.read_text())), _processes(out)
+        worker = psutil.Process(int(held.read_text()))
+        pids = _processes(out)["rollout_workers"]
         assert "ray::RolloutWorker" in _title(worker) and worker.pid == pids[rank]
         worker.kill()
         run.wait(timeout=800)
@@ -427,10 +428,11 @@ def _killed_in_sync(
     return done, pids
 
 
-def _processes(out: Path) -> list[int]:
-    """The rollout workers' process ids by rank, as the run's logs/processes.json names them."""
+def _processes(out: Path) -> dict[str, list[int]]:
+    """The run's process ids by role ("learner_ranks", "rollout_workers"), in rank order, as
+    its logs/processes.json names them."""
     processes: dict[str, list[int]] = json.loads((out / "logs" / "processes.json").read_text())
-    return processes["rollout_workers"]
+    return processes
 
 
 BROKEN = ["rollout.env_step_timeout_s=0.001", "run.max_failed_groups=3"]
