@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path, PurePosixPath
 
@@ -30,9 +31,10 @@ from agenthub.sandbox._types import ExecResult, Limits, SandboxError
 __all__ = ["BwrapSandbox", "UnisolatedSandbox", "bwrap_problem"]
 
 BOX = "/box"
-BWRAP_UID_BASE = 61000
-"""As root, each concurrent bwrap slot runs as its own unprivileged uid from here up, so the
-process-count limit counts that slot's processes only."""
+BWRAP_UIDS = range(61000, 62000)
+"""As root, each bwrap run takes an unprivileged uid of its own from here (`_uid_lease`), so
+the process-count limit counts that run's processes only and the sweep after it kills nothing
+else."""
 # Once the program has exited, output still in the pipes is read for this long.
 DRAIN_S = 0.5
 _ENV = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
@@ -98,17 +100,27 @@ class BwrapSandbox(_ProcessSandbox):
         stdin_fd = _memfd("stdin", stdin)
         try:
             command = _prlimit(limits, nproc=as_root) + _bwrap_argv(files, fds, limits)
-            if as_root:
-                command = _as_user(BWRAP_UID_BASE + slot) + command
-            outcome = await supervise(
-                command, stdin_fd=stdin_fd, pass_fds=fds, limits=limits, cwd="/"
-            )
+            if not as_root:
+                outcome = await supervise(
+                    command, stdin_fd=stdin_fd, pass_fds=fds, limits=limits, cwd="/"
+                )
+            else:
+                with _uid_lease(BWRAP_UIDS.start + slot) as uid:
+                    try:
+                        await _kill_user(uid)  # left by a process that died holding the uid
+                        outcome = await supervise(
+                            _as_user(uid) + command,
+                            stdin_fd=stdin_fd,
+                            pass_fds=fds,
+                            limits=limits,
+                            cwd="/",
+                        )
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await _kill_user(uid)
         finally:
             for fd in [*fds, stdin_fd]:
                 os.close(fd)
-            if as_root:
-                with anyio.CancelScope(shield=True):
-                    await _kill_user(BWRAP_UID_BASE + slot)
         return classify(outcome)
 
 
@@ -215,6 +227,49 @@ async def _pump(
 async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+@contextlib.contextmanager
+def _uid_lease(first: int) -> Iterator[int]:
+    """A uid from `BWRAP_UIDS` that no other run holds, trying `first` first, held by an
+    exclusive lock on its file until the block ends. Slots alone are not enough: every
+    sandbox in every process on the machine (two rollout workers, eval beside training) counts
+    its slots from the same start, and one run's sweep of its uid would kill another's
+    program. The kernel drops the lock when its holder dies, so a crash frees the uid."""
+    locks = _lock_dir()
+    for uid in [*range(first, BWRAP_UIDS.stop), *range(BWRAP_UIDS.start, first)]:
+        fd = os.open(locks / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            os.close(fd)
+        return
+    raise SandboxError(
+        f"all {len(BWRAP_UIDS)} bwrap sandbox uids ({BWRAP_UIDS.start}-{BWRAP_UIDS.stop - 1}) "
+        f"are in use by runs on this machine; run fewer at once (`concurrency`)"
+    )
+
+
+def uid_lock_path(uid: int) -> Path:
+    """The file whose lock a run holds while it runs as `uid`."""
+    return _lock_dir() / f"{uid}.lock"
+
+
+@cache
+def _lock_dir() -> Path:
+    # Root's own directory: the locks are only taken as root. /run is a tmpfs, emptied at boot,
+    # which suits locks; where there is none, the temporary directory.
+    base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    path = base / "agenthub-bwrap-uids"
+    path.mkdir(mode=0o700, exist_ok=True)
+    if path.is_symlink() or path.stat().st_uid != os.geteuid():
+        raise SandboxError(f"{path} is not this user's own directory; remove it and try again")
+    return path
 
 
 async def _kill_user(uid: int) -> None:
@@ -328,11 +383,13 @@ def bwrap_problem() -> str | None:
         return "setpriv (util-linux) is not installed"
     probe = _bwrap_argv({}, [], Limits())
     probe[probe.index("--") + 1 :] = [_python(), "-c", "pass"]
-    if os.geteuid() == 0:
-        probe = _as_user(BWRAP_UID_BASE) + probe
     try:
-        done = subprocess.run(probe, capture_output=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as exc:
+        if os.geteuid() != 0:
+            done = subprocess.run(probe, capture_output=True, timeout=30)
+        else:
+            with _uid_lease(BWRAP_UIDS.start) as uid:
+                done = subprocess.run(_as_user(uid) + probe, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError, SandboxError) as exc:
         return f"bubblewrap could not run: {exc}"
     if done.returncode != 0:
         return (

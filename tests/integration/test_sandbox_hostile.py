@@ -3,6 +3,7 @@ time with a status, leaves nothing running, and the next run on the same sandbox
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -15,8 +16,8 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from agenthub.sandbox import BwrapSandbox, DockerSandbox, ExecStatus, Limits, Sandbox
-from agenthub.sandbox._process import BWRAP_UID_BASE
+from agenthub.sandbox import BwrapSandbox, DockerSandbox, ExecResult, ExecStatus, Limits, Sandbox
+from agenthub.sandbox._process import BWRAP_UIDS, uid_lock_path
 
 # alone: it counts the live processes of the bwrap sandbox users, whoever started them.
 pytestmark = [
@@ -84,21 +85,31 @@ async def sandbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
 
 
 def _bwrap_processes() -> list[int]:
-    """Live processes of the bwrap sandbox users (zombies wait for the host's init to reap
-    them; they no longer run)."""
+    """Live processes of bwrap sandbox uids that no run holds (zombies wait for the host's
+    init to reap them; they no longer run). A run holds its uid's lock while it runs, so a
+    process of a free uid was left behind."""
     found = []
     for entry in os.listdir("/proc"):
         try:
-            if not entry.isdigit() or os.stat(
-                f"/proc/{entry}"
-            ).st_uid - BWRAP_UID_BASE not in range(8):
+            if not entry.isdigit() or (uid := os.stat(f"/proc/{entry}").st_uid) not in BWRAP_UIDS:
                 continue
             state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (FileNotFoundError, ProcessLookupError):
             continue
-        if state != "Z":
+        if state != "Z" and not _held(uid):
             found.append(int(entry))
     return found
+
+
+def _held(uid: int) -> bool:
+    fd = os.open(uid_lock_path(uid), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def _leftovers(sandbox: Sandbox) -> list[str]:
@@ -219,5 +230,25 @@ async def test_bwrap_runs_on_uvloop_as_an_unprivileged_user() -> None:
         bomb = await box.run(HOSTILE["fork_bomb"][0])
     assert who.status is ExecStatus.OK, who
     if os.geteuid() == 0:  # as root the sandbox switches to its own user, group and no others
-        assert who.stdout == f"{BWRAP_UID_BASE} {BWRAP_UID_BASE} []\n", who
+        uid, gid, groups = who.stdout.split(" ", 2)
+        assert int(uid) in BWRAP_UIDS and gid == uid and groups == "[]\n", who
     assert bomb.status is ExecStatus.TIMEOUT and not _bwrap_processes()
+
+
+async def test_runs_of_two_bwrap_sandboxes_leave_each_other_alone() -> None:
+    # Every sandbox, in this process or another (two rollout workers on one machine, eval
+    # beside training), counts its slots from 0. As root a run's uid is swept when it ends,
+    # which must not reach a run of another sandbox.
+    limits = Limits(timeout_s=TIMEOUT_S)
+    slow: dict[str, ExecResult] = {}
+    one, other = BwrapSandbox(limits=limits, concurrency=1), BwrapSandbox(limits=limits)
+
+    async def run_slowly() -> None:
+        slow["result"] = await one.run("import time\ntime.sleep(2)\nprint('done')")
+
+    async with one, other, anyio.create_task_group() as group:
+        group.start_soon(run_slowly)
+        await anyio.sleep(0.5)
+        quick = [await other.run("print('quick')") for _ in range(3)]
+    assert all(q.status is ExecStatus.OK for q in quick), quick
+    assert slow["result"].status is ExecStatus.OK and slow["result"].stdout == "done\n", slow
