@@ -17,8 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from agenthub._errors import AgentHubError
 from agenthub._pairs import parse_pair
-from agenthub.trainer._critic import CriticConfig
-from agenthub.trainer._learner import LearnerConfig
+from agenthub.trainer._learner_config import CriticConfig, LearnerConfig
 from agenthub.trainer._section import ConfigSection
 from agenthub.trainer._shaping import RewardConfig
 

@@ -16,32 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import Field
 
 from agenthub.trainer._advantages import gae
 from agenthub.trainer._attention import no_masks, packed_inputs, use_packed_attention
 from agenthub.trainer._batch import MicroBatch, TrainBatch
+from agenthub.trainer._learner_config import CriticConfig
 from agenthub.trainer._logprobs import train_without_dropout
 from agenthub.trainer._ranks import all_gather, all_reduce, world_size
-from agenthub.trainer._section import ConfigSection
 
 __all__ = ["Critic", "CriticConfig"]
-
-
-class CriticConfig(ConfigSection):
-    """The value model and generalised advantage estimation of PPO with a critic."""
-
-    lr: float = Field(1e-4, gt=0)
-    """AdamW learning rate of the critic."""
-    gamma: float = Field(1.0, ge=0, le=1)
-    """Discount per model token."""
-    lam: float = Field(0.95, ge=0, le=1)
-    """GAE's lambda: 0 is one-step TD, 1 is the Monte Carlo return minus the value."""
-    value_clip: float = Field(0.2, ge=0)
-    """PPO's clipped value loss: a new value moves at most this far from the value the
-    advantages were computed with before the loss stops pulling it (0: no clipping)."""
-    whiten: bool = True
-    """Normalise the batch's advantages to mean 0 and standard deviation 1 over model tokens."""
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
+
+from agenthub.trainer._learner_config import Aggregation
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -27,9 +28,6 @@ def kl_divergence(
             f"unknown KL estimator {estimator!r}; choose one of {sorted(KL_ESTIMATORS)}"
         )
     return KL_ESTIMATORS[estimator](logprobs, ref_logprobs) * mask.to(logprobs.dtype)
-
-
-Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
 @dataclass(frozen=True)

@@ -94,3 +94,17 @@ def test_nothing_below_the_command_line_imports_it() -> None:
             if any(n == "agenthub.cli" or n.startswith("agenthub.cli.") for n in names):
                 offenders.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     assert not offenders, f"imports of agenthub.cli below it: {offenders}"
+
+
+def test_the_run_s_small_actors_and_its_config_import_without_torch() -> None:
+    # The trajectory queue's and the admission's Ray actors never train: each import of torch
+    # there cost ~2 s of CPU and ~300 MB at every start of a run.
+    code = "import sys\nimport agenthub.trainer._queue, agenthub.trainer._workers\n"
+    code += "import agenthub.trainer._config\nfrom agenthub.trainer import TrajectoryQueue\n"
+    code += "heavy = ('torch', 'vllm', 'deepspeed', 'transformers')\n"
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
