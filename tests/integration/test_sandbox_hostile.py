@@ -19,13 +19,7 @@ import pytest
 from agenthub.sandbox import BwrapSandbox, DockerSandbox, ExecResult, ExecStatus, Limits, Sandbox
 from agenthub.sandbox._process import BWRAP_UIDS, uid_lock_path
 
-# alone: it counts the live processes of the bwrap sandbox users, whoever started them.
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.alone,
-    pytest.mark.anyio,
-    pytest.mark.timeout(120),
-]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(120)]
 
 TIMEOUT_S = 5.0
 # Generous: a docker container that hit a limit is replaced before `run` returns, and the

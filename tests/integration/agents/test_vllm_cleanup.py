@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-# alone: it counts the named semaphores in /dev/shm, which any engine starting beside it adds.
-pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 OWNER = """
 import asyncio, os, sys
@@ -33,6 +35,29 @@ asyncio.run(main())
 """
 
 
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    """A /dev/shm of the owner's own (`_in_own_shm`): the named semaphores left in it are the
+    owner's, whatever engines of other tests make in the machine's meanwhile."""
+    path = Path(tempfile.mkdtemp(prefix="agenthub-test-shm-", dir="/dev/shm"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _in_own_shm(shm: Path, argv: list[str]) -> list[str]:
+    """`argv` in a mount namespace of its own where /dev/shm is `shm`; its children (the engine
+    core, multiprocessing's resource tracker) share it. The pid stays the owner's: unshare and
+    sh exec what follows."""
+    as_root = [] if os.geteuid() == 0 else ["--map-root-user"]
+    script = 'mount --bind "$0" /dev/shm && exec "$@"'
+    namespace = ["unshare", "--mount", "--propagation", "private", *as_root]
+    return [*namespace, "sh", "-c", script, str(shm), *argv]
+
+
+def _semaphores(shm: Path) -> list[str]:
+    return sorted(p.name for p in shm.glob("sem.mp-*"))
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -43,12 +68,11 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("group", ["shared", "own"])
-def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str) -> None:
+def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str, shm: Path) -> None:
     # "own": the engine core in a process group of its own (`agenthub repl`), out of reach of
     # the terminal's Ctrl-C and of a kill of the owner's group, so only the watchdog ends it.
-    semaphores = set(Path("/dev/shm").glob("sem.mp-*"))
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(tiny_model), group],
+        _in_own_shm(shm, [sys.executable, "-c", OWNER, str(tiny_model), group]),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -62,6 +86,7 @@ def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str) -> 
         assert children, "vLLM runs its engine core in child processes"
         cores = [p for p in map(psutil.Process, children) if "EngineCore" in p.name()]
         assert cores, "vLLM's engine core is among them"
+        assert _semaphores(shm), "the engine's semaphores are in the owner's own /dev/shm"
         shared = [os.getpgid(core.pid) == os.getpgid(owner.pid) for core in cores]
         assert shared == [group == "shared"] * len(cores)
         owner.send_signal(signal.SIGKILL)
@@ -77,8 +102,7 @@ def test_engine_processes_die_with_their_owner(tiny_model: Path, group: str) -> 
         os.kill(pid, signal.SIGKILL)
     assert not survivors, f"engine processes outlived their owner: {survivors}"
     # multiprocessing's resource tracker, spared by the watchdog, removed what the owner left
-    leaked = set(Path("/dev/shm").glob("sem.mp-*")) - semaphores
-    assert not leaked, f"named semaphores left in /dev/shm: {sorted(map(str, leaked))}"
+    assert not _semaphores(shm), f"named semaphores left in /dev/shm: {_semaphores(shm)}"
 
 
 STARTING = """
@@ -90,10 +114,11 @@ print("UP", flush=True)
 """
 
 
-def test_an_engine_core_dies_with_an_owner_killed_while_it_starts(tiny_model: Path) -> None:
-    semaphores = set(Path("/dev/shm").glob("sem.mp-*"))
+def test_an_engine_core_dies_with_an_owner_killed_while_it_starts(
+    tiny_model: Path, shm: Path
+) -> None:
     owner = subprocess.Popen(
-        [sys.executable, "-c", STARTING, str(tiny_model)],
+        _in_own_shm(shm, [sys.executable, "-c", STARTING, str(tiny_model)]),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -121,9 +146,9 @@ def test_an_engine_core_dies_with_an_owner_killed_while_it_starts(tiny_model: Pa
         os.kill(pid, signal.SIGKILL)
     assert not survivors, f"the engine core outlived an owner killed during its start: {survivors}"
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and set(Path("/dev/shm").glob("sem.mp-*")) - semaphores:
+    while time.monotonic() < deadline and _semaphores(shm):
         time.sleep(0.5)
-    assert not set(Path("/dev/shm").glob("sem.mp-*")) - semaphores
+    assert not _semaphores(shm), f"named semaphores left in /dev/shm: {_semaphores(shm)}"
 
 
 FORGETFUL = """
