@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path, PurePosixPath
 
@@ -100,24 +101,12 @@ class BwrapSandbox(_ProcessSandbox):
         stdin_fd = _memfd("stdin", stdin)
         try:
             command = _prlimit(limits, nproc=as_root) + _bwrap_argv(files, fds, limits)
-            if not as_root:
-                outcome = await supervise(
-                    command, stdin_fd=stdin_fd, pass_fds=fds, limits=limits, cwd="/"
-                )
-            else:
-                with _uid_lease(BWRAP_UIDS.start + slot) as uid:
-                    try:
-                        await _kill_user(uid)  # left by a process that died holding the uid
-                        outcome = await supervise(
-                            _as_user(uid) + command,
-                            stdin_fd=stdin_fd,
-                            pass_fds=fds,
-                            limits=limits,
-                            cwd="/",
-                        )
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await _kill_user(uid)
+            run = functools.partial(
+                supervise, stdin_fd=stdin_fd, pass_fds=fds, limits=limits, cwd="/"
+            )
+            outcome = await (_as_own_user(run, command, slot) if as_root else run(command))
+        except SandboxError as exc:  # no uid free, or the uids' lock directory is not ours
+            return sandbox_error(str(exc))
         finally:
             for fd in [*fds, stdin_fd]:
                 os.close(fd)
@@ -227,6 +216,20 @@ async def _pump(
 async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
     await event.wait()
     scope.cancel()
+
+
+async def _as_own_user(
+    run: Callable[[list[str]], Awaitable[RawOutcome]], command: list[str], slot: int
+) -> RawOutcome:
+    """`run(command)` as a uid of its own (`_uid_lease`), nothing of that uid running before
+    it starts or once it ends."""
+    with _uid_lease(BWRAP_UIDS.start + slot) as uid:
+        try:
+            await _kill_user(uid)  # left by a process that died holding the uid
+            return await run(_as_user(uid) + command)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _kill_user(uid)
 
 
 @contextlib.contextmanager

@@ -16,7 +16,15 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from agenthub.sandbox import BwrapSandbox, DockerSandbox, ExecResult, ExecStatus, Limits, Sandbox
+from agenthub.sandbox import (
+    BwrapSandbox,
+    DockerSandbox,
+    ExecResult,
+    ExecStatus,
+    Limits,
+    Sandbox,
+    _process,
+)
 from agenthub.sandbox._process import BWRAP_UIDS, uid_lock_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -246,3 +254,16 @@ async def test_runs_of_two_bwrap_sandboxes_leave_each_other_alone() -> None:
         quick = [await other.run("print('quick')") for _ in range(3)]
     assert all(q.status is ExecStatus.OK for q in quick), quick
     assert slow["result"].status is ExecStatus.OK and slow["result"].stdout == "done\n", slow
+
+
+async def test_a_bwrap_run_finding_every_uid_taken_is_a_sandbox_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("bwrap runs take a uid of their own only as root")
+    monkeypatch.setattr(_process, "BWRAP_UIDS", range(61990, 61991))
+    with _process._uid_lease(61990):  # as another run on the machine holds it
+        async with BwrapSandbox(limits=Limits(timeout_s=TIMEOUT_S), concurrency=1) as box:
+            result = await box.run("print('ran')")
+    assert result.status is ExecStatus.SANDBOX_ERROR, result
+    assert "are in use by runs on this machine; run fewer at once" in result.detail
