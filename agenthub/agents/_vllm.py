@@ -35,7 +35,9 @@ def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
     from safetensors.torch import save_file
 
     shm = Path("/dev/shm")
-    folder = tempfile.mkdtemp(prefix="agenthub-weights-", dir=shm if shm.is_dir() else None)
+    # The owner's pid in the name: a folder left by a killed process says whose it was.
+    prefix = f"agenthub-weights-{os.getpid()}-"
+    folder = tempfile.mkdtemp(prefix=prefix, dir=shm if shm.is_dir() else None)
     # safetensors refuses tensors that share memory (tied embeddings): write copies.
     tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
     if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
