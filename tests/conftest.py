@@ -31,7 +31,13 @@ TRAINER = Path(__file__).parent / "integration" / "trainer"  # the end-to-end tr
 # The training runs that keep both cores 73-84% busy on their own: side by side they took 1.6x
 # as long each, so they run one after another on one worker, beside the tests that wait.
 BUSY_TRAINING_RUNS = {
-    TRAINER / name for name in ("test_train_cli.py", "test_multi_node.py", "test_learner_ranks.py")
+    TRAINER / name
+    for name in (
+        "test_train_cli.py",
+        "test_multi_node.py",
+        "test_learner_ranks.py",
+        "test_chaos.py",
+    )
 }
 
 

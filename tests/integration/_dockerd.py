@@ -1,72 +1,18 @@
-"""Restarting the real Docker engine under a test, the way scripts/setup.sh starts it, and
-always leaving it running and answering afterwards."""
+"""A Docker engine of a test's own (`private_engine`), for a test that restarts it: every other
+test's containers are on the machine's engine, which it leaves alone. It answers again after
+each restart, whatever the test did."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-
-LOG = "/var/log/agenthub-dockerd.log"  # scripts/setup.sh's
-PID_FILES = ("/var/run/docker.pid", "/var/run/docker/containerd/containerd.pid")
-
-
-def answers() -> bool:
-    return subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0
-
-
-def dockerd_pid() -> int | None:
-    # Live states only: a dockerd killed a moment ago is still listed, as a zombie.
-    found = subprocess.run(
-        ["pgrep", "-xo", "--runstates", "D,R,S", "dockerd"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return int(found.stdout.split()[0]) if found.returncode == 0 else None
-
-
-def stop(timeout_s: float = 60.0) -> None:
-    """SIGTERM dockerd and wait for it to exit (it stops its containers first)."""
-    pid = dockerd_pid()
-    if pid is None:
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while dockerd_pid() is not None:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"dockerd (pid {pid}) did not stop within {timeout_s} s")
-        time.sleep(0.2)
-
-
-def start(timeout_s: float = 60.0) -> None:
-    """Start dockerd exactly as scripts/setup.sh does and wait until it answers."""
-    if dockerd_pid() is None:
-        for path in PID_FILES:
-            with suppress(FileNotFoundError):
-                os.remove(path)
-        # As a session leader, setsid forks dockerd off and exits: dockerd is nobody's child
-        # here, as under setup.sh.
-        # Without what vLLM set in this process for itself (LD_PRELOAD of torch's libgomp): a
-        # dockerd that kept it would fail every container once this venv is gone.
-        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-        subprocess.Popen(
-            ["setsid", "sh", "-c", f"exec dockerd >{LOG} 2>&1"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        ).wait(timeout=30)
-    deadline = time.monotonic() + timeout_s
-    while not answers():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"dockerd does not answer {timeout_s} s after its start")
-        time.sleep(0.5)
 
 
 def children(pid: int) -> list[str]:
@@ -83,11 +29,95 @@ def children(pid: int) -> list[str]:
     return found
 
 
+class PrivateEngine:
+    """A dockerd of a test's own beside the machine's: its own socket, data and exec roots under
+    `root`, and no networking (the sandboxes' containers have none). A test points agenthub at
+    it with `DOCKER_HOST` (`host`); restarting it touches no other test, so such a test need
+    not run alone."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root  # short: a unix socket's path must fit in 108 bytes
+        self.host = f"unix://{root}/docker.sock"
+        self._pid_file = root / "docker.pid"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self._pid_file.read_text())
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ValueError):
+            return None
+        return None if state == "Z" else pid
+
+    def answers(self) -> bool:
+        info = ["docker", "--host", self.host, "info"]
+        return subprocess.run(info, capture_output=True, check=False).returncode == 0
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start it unless it runs, and wait until it answers. Without what vLLM set in this
+        process for itself (LD_PRELOAD of torch's libgomp), which would fail its containers
+        once the venv is gone."""
+        if self.pid() is None:
+            self._pid_file.unlink(missing_ok=True)
+            command = [
+                "dockerd", "--host", self.host, "--pidfile", str(self._pid_file),
+                "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
+                "--bridge=none", "--iptables=false", "--ip6tables=false",
+            ]  # fmt: skip
+            env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+            with (self.root / "dockerd.log").open("a") as log:
+                subprocess.Popen(
+                    command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True,
+                )  # fmt: skip
+        _wait_for(self.answers, timeout_s, f"the private dockerd at {self.host}")
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """SIGTERM it and wait for it to exit (it stops its containers first)."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        _wait_for(lambda: self.pid() is None, timeout_s, f"the private dockerd (pid {pid}) to stop")
+
+    def load(self, image: str) -> None:
+        """Copy `image` from the machine's engine into this one."""
+        machine = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+        saved = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE, env=machine)
+        loaded = subprocess.run(
+            ["docker", "--host", self.host, "load", "--quiet"],
+            stdin=saved.stdout, capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        saved.wait(timeout=60)
+        assert saved.returncode == 0 and loaded.returncode == 0, loaded.stderr
+
+    @contextmanager
+    def restartable(self) -> Iterator[None]:
+        """It answers before and after, whatever the test in between did or failed."""
+        self.start()
+        try:
+            yield
+        finally:
+            self.start()
+
+
 @contextmanager
-def restartable_engine() -> Iterator[None]:
-    """The engine answers before and after, whatever the test in between did or failed."""
-    start()
+def private_engine() -> Iterator[PrivateEngine]:
+    """A private engine holding the sandbox image, stopped and removed afterwards."""
+    from agenthub.sandbox._docker import IMAGE
+
+    engine = PrivateEngine(Path(tempfile.mkdtemp(prefix="ahd-")))
     try:
-        yield
+        engine.start()
+        engine.load(IMAGE)
+        yield engine
     finally:
-        start()
+        engine.stop()
+        shutil.rmtree(engine.root, ignore_errors=True)
+
+
+def _wait_for(ready: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s for {what}")
+        time.sleep(0.2)

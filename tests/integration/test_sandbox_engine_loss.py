@@ -1,6 +1,7 @@
 """dockerd restarted under sandbox runs and code_exec episodes: runs that meet the gap get
 `engine_lost` (their episodes `env_error`), later ones succeed on new containers, nothing is
-left behind. Restarts the real engine: run alone, with no other Docker user."""
+left behind. The engine restarted is a real dockerd of the test's own (`_dockerd.PrivateEngine`),
+so the tests using the machine's engine meanwhile are untouched."""
 
 from __future__ import annotations
 
@@ -23,8 +24,7 @@ from tests.integration import _dockerd
 from tests.integration.test_sandbox_docker import containers_of
 from tests.tiny_model import build_tokenizer
 
-# alone: it restarts the Docker engine under every other sandbox user.
-pytestmark = [pytest.mark.integration, pytest.mark.alone, pytest.mark.anyio]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 ADD = function_task("add", "assert add(1, 2) == 3", "assert add(2, 2) == 4")
 SOLVED = "```python\ndef add(a, b):\n    return a + b\n```"
@@ -33,7 +33,8 @@ SOLVED = "```python\ndef add(a, b):\n    return a + b\n```"
 class Restart:
     """Restarts dockerd in a thread after `delay_s`; `back_at` is when it answers again."""
 
-    def __init__(self, delay_s: float) -> None:
+    def __init__(self, engine: _dockerd.PrivateEngine, delay_s: float) -> None:
+        self.engine = engine
         self.down_at = self.back_at = float("inf")
         self._thread = threading.Thread(target=self._run, args=(delay_s,), daemon=True)
         self._thread.start()
@@ -41,8 +42,8 @@ class Restart:
     def _run(self, delay_s: float) -> None:
         time.sleep(delay_s)
         self.down_at = time.monotonic()
-        _dockerd.stop()
-        _dockerd.start()
+        self.engine.stop()
+        self.engine.start()
         self.back_at = time.monotonic()
 
     async def join(self) -> None:
@@ -52,11 +53,21 @@ class Restart:
         self._thread.join(timeout_s)
 
 
+@pytest.fixture(scope="module")
+def engine() -> Iterator[_dockerd.PrivateEngine]:
+    with _dockerd.private_engine() as engine:
+        yield engine
+
+
 @pytest.fixture
-def restarts() -> Iterator[list[Restart]]:
-    """Restarts the test makes; whatever happens, they end and the engine answers after."""
+def restarts(
+    engine: _dockerd.PrivateEngine, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[Restart]]:
+    """Restarts the test makes of its engine, which agenthub is pointed at; whatever happens,
+    they end and the engine answers after."""
+    monkeypatch.setenv("DOCKER_HOST", engine.host)
     made: list[Restart] = []
-    with _dockerd.restartable_engine():
+    with engine.restartable():
         try:
             yield made
         finally:
@@ -73,7 +84,7 @@ def chat(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
 
 @pytest.mark.timeout(420)
 async def test_sandbox_runs_and_code_exec_episodes_across_one_restart(
-    restarts: list[Restart], chat: ChatTokenizer
+    restarts: list[Restart], engine: _dockerd.PrivateEngine, chat: ChatTokenizer
 ) -> None:
     """One restart for both users of the engine (a restart costs seconds the test only waits):
     bare sandbox runs, and code_exec episodes on a sandbox pool of their own."""
@@ -84,7 +95,7 @@ async def test_sandbox_runs_and_code_exec_episodes_across_one_restart(
     async with DockerSandbox(pool_size=2, limits=limits) as sandbox:
         await sandbox.start()
         before = {channel.id for channel in sandbox._idle}
-        restart = Restart(delay_s=3)
+        restart = Restart(engine, delay_s=3)
         restarts.append(restart)
         async with anyio.create_task_group() as group:
             for _ in range(3):

@@ -7,8 +7,9 @@ worker, its sandbox pool reconnects (the episodes that met the engine's gap end 
 all without a restart of the command, the groups finished at each fault kept (only the
 episodes playing are lost); what the run leaves is whole: every step's
 metrics once and in order, no sample trajectory twice, failed, or from a policy the restarted
-learner never had, and a checkpoint at the last step. Restarts the real Docker engine: run
-alone, with no other Docker user."""
+learner never had, and a checkpoint at the last step. The Docker engine is a real dockerd of
+the test's own (`_dockerd.PrivateEngine`), so the tests using the machine's engine meanwhile are
+untouched."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,7 @@ from tests.integration.trainer.test_train_cli import (
     _trained_steps,
 )
 
-# alone: it restarts the Docker engine under every other sandbox user.
-pytestmark = [pytest.mark.integration, pytest.mark.alone]
+pytestmark = [pytest.mark.integration]
 
 STEPS = 14
 ARGS = [
@@ -70,13 +70,24 @@ def _kill(out: Path, role: str, rank: int) -> int:
     return pid
 
 
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[_dockerd.PrivateEngine]:
+    """The run's Docker engine, its own: the run (and Ray's actors, started from it) inherit
+    `DOCKER_HOST`."""
+    with _dockerd.private_engine() as engine:
+        monkeypatch.setenv("DOCKER_HOST", engine.host)
+        yield engine
+
+
 @pytest.mark.timeout(1200)
-def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(tmp_path: Path) -> None:
+def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(
+    tmp_path: Path, engine: _dockerd.PrivateEngine
+) -> None:
     out, log = tmp_path / "run", tmp_path / "run.log"
     run = _start(out, log, *ARGS)
     injected: list[tuple[str, int]] = []
     try:
-        with _dockerd.restartable_engine():
+        with engine.restartable():
             _wait(
                 run, log, "the first checkpoint", lambda: (out / "checkpoints/state.json").exists()
             )
@@ -84,8 +95,8 @@ def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(tmp_path: P
             at = len(_trained_steps(out))
             _wait(run, log, "the worker's replacement", lambda: "replaced" in log.read_text())
             _wait(run, log, "a step after it", lambda: len(_trained_steps(out)) > at)
-            _dockerd.stop()
-            _dockerd.start()
+            engine.stop()
+            engine.start()
             injected.append(("docker engine", 0))
             at = len(_trained_steps(out))
             _wait(run, log, "a step after the restart", lambda: len(_trained_steps(out)) > at)
