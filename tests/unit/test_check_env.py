@@ -174,14 +174,16 @@ def test_a_call_that_blocks_the_event_loop_is_reported(where: str, call: str, fi
 
 class _StarvesItsLoop:
     """Mixed in before an env: its first `reset` pins the thread it runs on (the event loop's)
-    to our first CPU at the lowest priority, behind a busy loop there. Only that thread: the
+    to our first CPU under SCHED_IDLE, behind a busy loop there. Only that thread: the
     check's watchdog, started before, and the process's other threads keep their CPUs and
     priority. (Starved too, a thread holding the GIL would keep the loop waiting for it, which
     no clock can take out, agenthub/testing/_held.py: the test's doing, not a busy machine's.)"""
 
     async def reset(self, task: Task, *, seed: int | None = None) -> Any:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # 0: the calling thread
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        # SCHED_IDLE rather than nice 19: a nice-19 thread still got ~1.4% of the core, enough
+        # on a warm process for a check to pass with too short a wait to test anything.
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         return await super().reset(task, seed=seed)  # type: ignore[misc]
 
 
