@@ -269,14 +269,18 @@ def _lock_dir() -> Path:
     # which suits locks; where there is none, the temporary directory.
     base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
     path = base / "agenthub-bwrap-uids"
-    path.mkdir(mode=0o700, exist_ok=True)
-    if path.is_symlink() or path.stat().st_uid != os.geteuid():
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        owner = path.lstat().st_uid
+    except OSError as exc:
+        raise SandboxError(f"cannot make {path} for the bwrap uids' locks: {exc}") from exc
+    if path.is_symlink() or owner != os.geteuid():
         raise SandboxError(f"{path} is not this user's own directory; remove it and try again")
     return path
 
 
 async def _kill_user(uid: int) -> None:
-    """Kill every live process of the slot's own uid and wait until none is left: a pid
+    """Kill every live process of the run's own uid and wait until none is left: a pid
     namespace dies with its init, but the kernel tears a crowded one (a fork bomb) down
     asynchronously, and `run` promises that nothing is running once it returns."""
     for _ in range(500):
