@@ -239,9 +239,8 @@ def _uid_lease(first: int) -> Iterator[int]:
     sandbox in every process on the machine (two rollout workers, eval beside training) counts
     its slots from the same start, and one run's sweep of its uid would kill another's
     program. The kernel drops the lock when its holder dies, so a crash frees the uid."""
-    locks = _lock_dir()
     for uid in [*range(first, BWRAP_UIDS.stop), *range(BWRAP_UIDS.start, first)]:
-        fd = os.open(locks / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(uid_lock_path(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

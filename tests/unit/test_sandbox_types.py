@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +169,20 @@ def test_public_names_are_exported() -> None:
             assert hasattr(module, name), f"{module.__name__}.{name} is in __all__ but missing"
         public = {n for n in vars(module) if not n.startswith("_")}
         assert public - {"annotations"} <= set(module.__all__), public - set(module.__all__)
+
+
+def test_bwrap_uid_leases_are_exclusive_taken_in_turn_and_freed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The leases alone, as any user: a run as root takes one before it runs as that uid.
+    from agenthub.sandbox import _process
+
+    monkeypatch.setattr(_process, "_lock_dir", lambda: tmp_path)
+    monkeypatch.setattr(_process, "BWRAP_UIDS", range(61000, 61002))
+    # the second finds the first held and takes the next, wrapping round the range
+    with _process._uid_lease(61001) as first, _process._uid_lease(61001) as second:
+        assert (first, second) == (61001, 61000)
+        with pytest.raises(SandboxError, match="all 2 bwrap sandbox uids .* run fewer"):
+            _process._uid_lease(61000).__enter__()
+    with _process._uid_lease(61001) as again:
+        assert again == 61001, "a lease ended is free again"
