@@ -240,11 +240,8 @@ def _uid_lease(first: int) -> Iterator[int]:
     its slots from the same start, and one run's sweep of its uid would kill another's
     program. The kernel drops the lock when its holder dies, so a crash frees the uid."""
     for uid in [*range(first, BWRAP_UIDS.stop), *range(BWRAP_UIDS.start, first)]:
-        fd = os.open(uid_lock_path(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(uid)
+        if fd is None:
             continue
         try:
             yield uid
@@ -257,9 +254,16 @@ def _uid_lease(first: int) -> Iterator[int]:
     )
 
 
-def uid_lock_path(uid: int) -> Path:
-    """The file whose lock a run holds while it runs as `uid`."""
-    return _lock_dir() / f"{uid}.lock"
+def try_lock(uid: int) -> int | None:
+    """A descriptor holding `uid`'s lock (closing it lets go), or None where a run holds it."""
+    path = _lock_dir() / f"{uid}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @cache

@@ -3,7 +3,6 @@ time with a status, leaves nothing running, and the next run on the same sandbox
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -25,7 +24,7 @@ from agenthub.sandbox import (
     Sandbox,
     _process,
 )
-from agenthub.sandbox._process import BWRAP_UIDS, uid_lock_path
+from agenthub.sandbox._process import BWRAP_UIDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -104,13 +103,10 @@ def _bwrap_processes() -> list[int]:
 
 
 def _held(uid: int) -> bool:
-    fd = os.open(uid_lock_path(uid), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    fd = _process.try_lock(uid)
+    if fd is None:
         return True
-    finally:
-        os.close(fd)
+    os.close(fd)
     return False
 
 
@@ -256,11 +252,11 @@ async def test_runs_of_two_bwrap_sandboxes_leave_each_other_alone() -> None:
     assert slow["result"].status is ExecStatus.OK and slow["result"].stdout == "done\n", slow
 
 
+# As any other user a run has no uid to take; tests/unit/test_sandbox_types.py checks the leases.
+@pytest.mark.skipif(os.geteuid() != 0, reason="bwrap runs take a uid of their own only as root")
 async def test_a_bwrap_run_finding_every_uid_taken_is_a_sandbox_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("bwrap runs take a uid of their own only as root")
     monkeypatch.setattr(_process, "BWRAP_UIDS", range(61990, 61991))
     with _process._uid_lease(61990):  # as another run on the machine holds it
         async with BwrapSandbox(limits=Limits(timeout_s=TIMEOUT_S), concurrency=1) as box:
