@@ -52,6 +52,19 @@ class PrivateEngine:
         info = ["docker", "--host", self.host, "info"]
         return subprocess.run(info, capture_output=True, check=False).returncode == 0
 
+    def sandboxes_created(self) -> int:
+        """How many of agenthub's sandbox containers this engine has created since it last
+        started (from its events, which it keeps in memory: a pool may have none up at a
+        given moment)."""
+        from agenthub.sandbox._docker_engine import CONTAINER_LABEL
+
+        events = [
+            "docker", "--host", self.host, "events", "--since", "0", "--until", str(time.time()),
+            "--filter", "event=create", "--filter", f"label={CONTAINER_LABEL}",
+        ]  # fmt: skip
+        listed = subprocess.run(events, capture_output=True, text=True, check=True, timeout=60)
+        return len(listed.stdout.splitlines())
+
     def start(self, timeout_s: float = 60.0) -> None:
         """Start it unless it runs, and wait until it answers. Without what vLLM set in this
         process for itself (LD_PRELOAD of torch's libgomp), which would fail its containers

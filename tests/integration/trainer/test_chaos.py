@@ -95,6 +95,7 @@ def test_a_run_survives_losing_its_rollout_worker_and_a_learner_rank(
             at = len(_trained_steps(out))
             _wait(run, log, "the worker's replacement", lambda: "replaced" in log.read_text())
             _wait(run, log, "a step after it", lambda: len(_trained_steps(out)) > at)
+            assert engine.sandboxes_created(), "the run's sandboxes are on the engine restarted"
             engine.stop()
             engine.start()
             injected.append(("docker engine", 0))
