@@ -299,3 +299,12 @@ def test_the_banner_warns_when_every_interface_listens() -> None:
     warning = banner("0.0.0.0")
     assert "anyone who can reach this port can run the env" in warning and "--token" in warning
     assert "--token" not in banner("0.0.0.0", token=True).split("WARNING")[1]
+
+
+def test_the_sweep_that_times_out_env_calls_runs_often_enough() -> None:
+    """An env call past its timeout is found by the pool's sweep, not a timer per call: the
+    sweep runs at least twice within the shorter timeout, and every 5 s at most."""
+    assert ServeConfig(env_id=PROBE, env_timeout_s=1.0).sweep_period_s == 0.5
+    assert ServeConfig(env_id=PROBE, session_timeout_s=0.2).sweep_period_s == 0.1
+    assert ServeConfig(env_id=PROBE).sweep_period_s == 5.0
+    assert ServeConfig(env_id=PROBE, env_timeout_s=None).sweep_period_s == 5.0

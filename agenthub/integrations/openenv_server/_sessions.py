@@ -4,7 +4,6 @@ them at a time."""
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -43,9 +42,16 @@ class ServeConfig(BaseModel):
     session_timeout_s: float = Field(default=300.0, gt=0)
     """A session with no request for this long is closed (its env with it)."""
     env_timeout_s: float | None = Field(default=300.0, gt=0)
-    """One reset or step of the env; past it the session gets an `env_timeout` error."""
+    """One reset or step of the env; past it the session gets an `env_timeout` error (found
+    by the pool's sweep: up to `sweep_period_s` late)."""
     token: str | None = None
     """When set, every request must carry `Authorization: Bearer TOKEN` (or `?token=`)."""
+
+    @property
+    def sweep_period_s(self) -> float:
+        """How often the pool looks for idle sessions and env calls past their timeout."""
+        env_timeout = self.env_timeout_s or float("inf")
+        return min(self.session_timeout_s / 2, env_timeout / 2, 5.0)
 
 
 class EnvSession:
@@ -71,6 +77,8 @@ class EnvSession:
         self._task_id: str | None = None
         self._step_count = 0
         self._done = False
+        self._running: anyio.CancelScope | None = None
+        self._running_since = 0.0
 
     def touch(self) -> None:
         self.last_active = time.monotonic()
@@ -126,22 +134,25 @@ class EnvSession:
 
     async def _bounded(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """The env's call, bounded by the env timeout; its failure is this session's typed
-        error, and the env, in a state no one knows, is closed (the next reset builds one)."""
-        timeout = self._config.env_timeout_s
-        # A bare scope, not `fail_after`: its two context-manager layers cost more than the
-        # rest of a served `math` reset.
-        deadline = math.inf if timeout is None else anyio.current_time() + timeout
+        error, and the env, in a state no one knows, is closed (the next reset builds one).
+
+        The call runs in a scope with no deadline of its own: the pool's sweep cancels it
+        once it has run past the timeout (`time_out_if_late`). A deadline per call put a
+        timer on the loop for every frame, which cost a served `math` episode more CPU than
+        its whole reset (benchmarks/serve_overhead.py)."""
+        scope = self._running = anyio.CancelScope()
+        self._running_since = time.monotonic()
         try:
-            with anyio.CancelScope(deadline=deadline):
+            with scope:
                 return await call()
-            raise TimeoutError  # only the deadline ends the scope without its call's result
+            raise TimeoutError  # only the sweep ends the scope without its call's result
         except TimeoutError as exc:
             await self.close_env()
             raise ServeError(
                 504,
                 "EXECUTION_ERROR",
-                f"env_timeout: {what} did not finish within {timeout:g} s; the session's env "
-                "was closed: send a reset to start again",
+                f"env_timeout: {what} did not finish within {self._config.env_timeout_s:g} s; "
+                "the session's env was closed: send a reset to start again",
                 cause="env_timeout",
             ) from exc
         except ServeError:
@@ -155,6 +166,13 @@ class EnvSession:
                 "closed: send a reset to start again",
                 cause="env_error",
             ) from exc
+        finally:
+            self._running = None
+
+    def time_out_if_late(self, started_before: float) -> None:
+        """Cancel the env's call when it began before `started_before` (monotonic time)."""
+        if self._running is not None and self._running_since < started_before:
+            self._running.cancel()
 
     async def close_env(self) -> None:
         env, self._env = self._env, None
@@ -166,8 +184,9 @@ class EnvSession:
 class SessionPool:
     """The open sessions, at most `max_sessions`; sessions idle past the timeout are reaped:
     an HTTP session is closed, a WebSocket session has its `watch` cancelled (its handler
-    then tells the client and closes the socket). One sweep every few seconds, not a timer
-    per message: a timer per frame cost more than the rest of the frame's handling."""
+    then tells the client and closes the socket). The same sweep cancels env calls that run
+    past the env timeout. One sweep every few seconds, not a timer per message: a timer per
+    frame cost more than the rest of the frame's handling."""
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
@@ -216,7 +235,11 @@ class SessionPool:
             await session.close_env()
 
     async def reap(self) -> None:
-        deadline = time.monotonic() - self.config.session_timeout_s
+        now = time.monotonic()
+        if self.config.env_timeout_s is not None:
+            for session in self._sessions.values():
+                session.time_out_if_late(now - self.config.env_timeout_s)
+        deadline = now - self.config.session_timeout_s
         idle = [s for s in self._sessions.values() if s.last_active < deadline and not s.busy]
         for session in idle:
             if session.kind == "http":
@@ -225,9 +248,8 @@ class SessionPool:
                 session.watch.cancel()
 
     async def reap_forever(self) -> None:
-        period = min(self.config.session_timeout_s / 2, 5.0)
         while True:
-            await anyio.sleep(period)
+            await anyio.sleep(self.config.sweep_period_s)
             await self.reap()
 
     async def aclose(self) -> None:
