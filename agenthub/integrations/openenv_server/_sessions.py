@@ -185,8 +185,8 @@ class SessionPool:
     """The open sessions, at most `max_sessions`; sessions idle past the timeout are reaped:
     an HTTP session is closed, a WebSocket session has its `watch` cancelled (its handler
     then tells the client and closes the socket). The same sweep cancels env calls that run
-    past the env timeout. One sweep every few seconds, not a timer per message: a timer per
-    frame cost more than the rest of the frame's handling."""
+    past the env timeout. One sweep every few seconds, not a timer per message (see
+    `EnvSession._bounded`)."""
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
