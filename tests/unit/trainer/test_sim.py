@@ -59,16 +59,6 @@ def _versions(queue: _Queue) -> set[int]:
     return {v for group in queue.groups for t in group for v in t.policy_versions}  # type: ignore[attr-defined]
 
 
-async def _generating(worker: SimRolloutWorker) -> None:
-    """Until the worker's first generations are in flight: how long that takes depends on the
-    machine (0.01 s was not always enough beside the rest of the suite)."""
-    for _ in range(10_000):  # 10 s at most
-        if worker.engine._in_flight > 0:
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("the worker started no generation")
-
-
 def test_a_draining_weight_update_waits_for_generations_in_flight_and_holds_new_ones(
     tmp_path: Path,
 ) -> None:
@@ -76,7 +66,8 @@ def test_a_draining_weight_update_waits_for_generations_in_flight_and_holds_new_
 
     async def scenario() -> None:
         running = asyncio.create_task(worker.run())
-        await _generating(worker)
+        await asyncio.sleep(0.01)
+        assert worker.engine._in_flight > 0
         await worker.start_weight_update(1)
         assert worker.engine._in_flight == 0, "the round waited for the generations"
         await asyncio.sleep(0.06)  # longer than a generation: none may start meanwhile
@@ -100,8 +91,9 @@ def test_a_keeping_weight_update_pauses_generations_in_flight_and_they_go_on_aft
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         running = asyncio.create_task(worker.run())
-        await _generating(worker)
+        await asyncio.sleep(0.01)
         in_flight = worker.engine._in_flight
+        assert in_flight > 0
         held = [asyncio.create_task(worker.engine.generate()) for _ in range(2)]
         await asyncio.sleep(generate_s / 2)
         await worker.start_weight_update(1)
