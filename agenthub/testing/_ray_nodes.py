@@ -12,6 +12,8 @@ Starts Ray's own commands as subprocesses; imports nothing of Ray.
 `two_nodes` starts a head (`ray start --head --block`, custom resource `head_node`) and a second
 node (`ray start --address=... --block`, custom resource `second_node`), each with its own
 `num_cpus`, as subprocesses of their own process groups, and waits until the cluster holds both.
+Ray gives a joining node 30 s to register with the head; on a busy machine the head may answer
+later, and the second node's `ray start` gives up: it is started again (`JOIN_ATTEMPTS`).
 The second node runs in a private mount namespace where `hidden` (the directory holding the
 run directory and the model copy of the test) is covered by an empty tmpfs: a process of that
 node reading a path of the driver finds nothing, as on another machine. The head node runs
@@ -46,6 +48,8 @@ SECOND = "second_node"
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
+JOIN_ATTEMPTS = 3
+"""How many times the second node is started before the cluster is given up (`RayNodes._join`)."""
 
 
 @dataclass
@@ -72,8 +76,29 @@ class RayNodes:
         back or a new one joining with the same resources, and wait until the cluster holds
         it: `node_ids[SECOND]` is then its new node id."""
         _stop(self._processes[SECOND])
-        self._processes[SECOND] = _spawn(self._second, self.logs / "second-again.log")
-        self.node_ids.update(_wait_nodes(self.address, self._processes, self.logs))
+        self._join("second-again")
+
+    def _join(self, log: str) -> None:
+        """Start the second node and wait until the cluster holds both nodes. Ray gives a
+        joining node 30 s to register (a constant of its own); a head on a busy machine can
+        answer later, and the node's `ray start` then ends with "timed out during startup":
+        it is started again, as a machine's supervisor would, `JOIN_ATTEMPTS` times in all.
+        Each attempt's output goes to `logs/<log>.log` (`<log>-2.log`, ...)."""
+        gone = [self.node_ids[SECOND]] if SECOND in self.node_ids else []
+        for attempt in range(1, JOIN_ATTEMPTS + 1):
+            name = log if attempt == 1 else f"{log}-{attempt}"
+            self._processes[SECOND] = _spawn(self._second, self.logs / f"{name}.log")
+            ids, ended, said = _probe(self.address, self._processes, gone)
+            if len(ids) == 2 and not ended:
+                self.node_ids.update(ids)
+                return
+            if ended != [SECOND] or attempt == JOIN_ATTEMPTS:
+                raise _failed(
+                    f"found nodes {sorted(ids)} of {[HEAD, SECOND]} (attempt {attempt} of "
+                    f"{JOIN_ATTEMPTS} to start the second), ended: {ended}; probe said: {said}",
+                    self.logs,
+                )
+            _kill(self._processes[SECOND])  # what its `ray start` left of the node
 
     def stop(self) -> None:
         """Stop both nodes (the second first). Idempotent."""
@@ -123,8 +148,7 @@ def two_nodes(hidden: Path, head_cpus: int = 2, second_cpus: int = 2) -> Iterato
         covered = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
         covered += [str(hidden), *second]
         nodes._second = covered
-        processes[SECOND] = _spawn(covered, logs / "second.log")
-        nodes.node_ids.update(_wait_nodes(address, processes, logs))
+        nodes._join("second")
         yield nodes
     finally:
         nodes.stop()
@@ -182,40 +206,53 @@ def _wait_port(address: str, head: subprocess.Popen[bytes], log: Path) -> None:
 _NODES_SCRIPT = """
 import json, sys, time, ray
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-deadline = time.monotonic() + float(sys.argv[2])
+deadline, gone = time.monotonic() + float(sys.argv[2]), json.loads(sys.argv[3])
 while True:
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    ids = {r: n["NodeID"] for n in alive for r in n["Resources"] if r in sys.argv[3:]}
-    if len(ids) == len(sys.argv[3:]) or time.monotonic() > deadline:
+    alive = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in gone]
+    held = {r: [n["NodeID"] for n in alive if r in n["Resources"]] for r in sys.argv[4:]}
+    ids = {r: held[r][0] for r in held if len(held[r]) == 1}
+    if len(ids) == len(sys.argv[4:]) or time.monotonic() > deadline:
         break
     time.sleep(0.5)
 print(json.dumps(ids))
 """
+"""Prints, as JSON, the node id by resource of each resource held by exactly one live node not
+`gone` (the nodes stopped, which the head finds dead only after missed health checks), once
+each is or at the deadline."""
 
 
-def _wait_nodes(
-    address: str, processes: dict[str, subprocess.Popen[bytes]], logs: Path
-) -> dict[str, str]:
-    """Wait until the cluster holds both nodes; each one's node id by its resource."""
-    found = subprocess.run(
-        [sys.executable, "-c", _NODES_SCRIPT, address, str(START_TIMEOUT_S), HEAD, SECOND],
-        capture_output=True,
+def _probe(
+    address: str, processes: dict[str, subprocess.Popen[bytes]], gone: list[str]
+) -> tuple[dict[str, str], list[str], str]:
+    """Wait until the cluster holds both nodes (none of the ids `gone`), or a node's `ray
+    start` ends, or `START_TIMEOUT_S`: each node's id by its resource (those found), the
+    nodes whose `ray start` ended, and the end of what the probe printed on stderr."""
+    script = [_NODES_SCRIPT, address, str(START_TIMEOUT_S), json.dumps(gone), HEAD, SECOND]
+    probe = subprocess.Popen(
+        [sys.executable, "-c", *script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=ray_env(),
-        timeout=START_TIMEOUT_S + 60,
-        check=False,
     )
+    deadline = time.monotonic() + START_TIMEOUT_S + 60
+    while True:
+        try:
+            out, err = probe.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            if _ended(processes) or time.monotonic() > deadline:
+                probe.kill()
+                out, err = probe.communicate()
+                break
     ids: dict[str, str] = {}
-    if found.returncode == 0 and found.stdout.strip():
-        ids = json.loads(found.stdout.strip().splitlines()[-1])
-    dead = [name for name, p in processes.items() if p.poll() is not None]
-    if len(ids) != 2 or dead:
-        raise _failed(
-            f"found nodes {sorted(ids)} of {[HEAD, SECOND]}, ended: {dead}; "
-            f"probe said: {found.stderr[-2000:]}",
-            logs,
-        )
-    return ids
+    if probe.returncode == 0 and out.strip():
+        ids = json.loads(out.strip().splitlines()[-1])
+    return ids, _ended(processes), err[-2000:]
+
+
+def _ended(processes: dict[str, subprocess.Popen[bytes]]) -> list[str]:
+    return [name for name, p in processes.items() if p.poll() is not None]
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
