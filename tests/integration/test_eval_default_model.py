@@ -152,7 +152,7 @@ def test_a_signal_while_the_engine_starts_ends_eval_at_once(sig: str, tmp_path: 
         stderr=subprocess.PIPE,
         start_new_session=True,
     ) as process:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300
         while time.monotonic() < deadline and process.poll() is None:
             # The engine core is a spawned child of its own, known by its command line: a child
             # caught between fork and exec still has eval's (the resource tracker's start, which

@@ -21,7 +21,9 @@ from ..rm_server import Script, reward_server
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 TASK = Task(id="t", prompt="Say something.", label="anything")
-FAST = {"timeout_s": 0.5, "max_retries": 2, "backoff_s": 0.01, "cache_size": 0}
+# A request's timeout far above a busy machine's stalls: one timed out would be retried, and the
+# tests count requests. The tests of a judge too slow to answer set their own short one.
+FAST = {"timeout_s": 10, "max_retries": 2, "backoff_s": 0.01, "cache_size": 0}
 
 
 def llm(url: str, **kwargs: Any) -> Any:
@@ -81,7 +83,7 @@ async def test_llm_judge_slower_than_the_timeout_is_a_typed_error_in_bounded_tim
     with judge_server(JudgeScript(hang_s=20)) as (url, script):
         start = time.monotonic()
         with pytest.raises(JudgeError, match=r"did not answer after 3 attempts \(timeout 0.5 s"):
-            await judged(llm(url), "good")
+            await judged(llm(url, timeout_s=0.5), "good")
         assert time.monotonic() - start < 15
         assert len(script.requests) == 3
 
@@ -199,7 +201,7 @@ async def test_reward_model_robustness() -> None:
     with reward_server(Script(hang_s=20)) as (url, _):
         start = time.monotonic()
         with pytest.raises(RewardModelError, match="did not answer after 3 attempts"):
-            await judged(rm(url), "abc")
+            await judged(rm(url, timeout_s=0.5), "abc")
         assert time.monotonic() - start < 15
     with pytest.raises(RewardModelError, match="ConnectError"):
         await judged(rm(url), "abc")  # that server is gone now

@@ -49,7 +49,10 @@ def test_pool_survives_1000_verifications_with_hangs_mixed_in() -> None:
             if i % 125 == 7:
                 futures.append((pool.submit(r"\boxed{9^{9^{9}}}", "1", timeout_s=0.5), False))
             else:
-                futures.append((pool.submit(f"so {i} + 1 = \\boxed{{{i + 1}}}", str(i + 1)), True))
+                answer = f"so {i} + 1 = \\boxed{{{i + 1}}}"
+                # A worker restarted after a hang starts in its first job's time: 60 s, far
+                # beyond a busy machine's start, so that only the hangs time out.
+                futures.append((pool.submit(answer, str(i + 1), timeout_s=60), True))
         results = [(f.result(timeout=240), expected) for f, expected in futures]
         assert all(got is expected for got, expected in results)
         assert pool.timeouts == 8 and pool.restarts == 8

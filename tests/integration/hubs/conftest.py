@@ -71,7 +71,10 @@ def run_inside(
     if vllm_server is not None:
         env[URL_VARIABLE] = vllm_server
     modules = [module] if isinstance(module, str) else module
-    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *modules]
+    # The tests inside get this run's budget, not the suite's default of 120 s a test: a hub's
+    # trainer or server starts inside them, which a slow machine can take past 120 s.
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command += ["-o", f"timeout={int(timeout)}", *modules]
     result = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )

@@ -287,6 +287,7 @@ def test_a_run_whose_worker_then_learner_dies_says_so_and_resumes_where_it_says(
     assert trained == list(range(1, len(trained) + 1)) and steps[-1] < step <= trained[-1]
 
 
+@pytest.mark.timeout(600)  # a whole run, Ray's start and shutdown included
 def test_a_run_that_fails_in_a_worker_says_where_to_go_on(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()

@@ -522,15 +522,18 @@ async def test_slots_left_by_a_group_s_fast_episodes_go_to_the_next_groups(
 ) -> None:
     """A group keeps its place until its slowest episode ends; meanwhile the slots its fast
     episodes left are filled from groups waiting behind it, until every slot plays."""
-    release = anyio.Event()
-    playing = 0
+    release, four_slow = anyio.Event(), anyio.Event()
+    playing = slow = 0
 
     class OneSlowPerGroup(EpisodeRunner):
         async def run_episode(self, task: Task, *, sample: int = 0) -> Trajectory:
-            nonlocal playing
+            nonlocal playing, slow
             playing += 1
             try:
                 if sample == 0:  # each group's slowest
+                    slow += 1
+                    if slow == 4:
+                        four_slow.set()
                     await release.wait()
                 else:
                     await anyio.sleep(0.001)
@@ -547,6 +550,7 @@ async def test_slots_left_by_a_group_s_fast_episodes_go_to_the_next_groups(
     )
     async with anyio.create_task_group() as tg:
         tg.start_soon(r.run, (task(i) for i in range(100)))
-        await anyio.sleep(0.2)
+        with anyio.fail_after(20):  # else the slots left were not filled from later groups
+            await four_slow.wait()
         assert playing == 4, "the slow episodes of 4 groups fill the 4 slots"
         tg.cancel_scope.cancel()
