@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agenthub.agents._update_gate import UpdateGate, WeightUpdate
+from tests._loop import settle
 
 
 class FakeLLM:
@@ -46,10 +47,10 @@ def _scenario(mode: WeightUpdate) -> tuple[FakeLLM, list[str]]:
         first = asyncio.create_task(_request(gate, first_done, log, "first"))
         await asyncio.sleep(0)
         begun = asyncio.create_task(gate.begin())
-        await asyncio.sleep(0.01)
+        await settle()
         log.append("round begun" if begun.done() else "round waiting")
         second = asyncio.create_task(_request(gate, second_done, log, "second"))
-        await asyncio.sleep(0.01)
+        await settle()
         first_done.set()
         await begun
         log.append("weights loaded")
@@ -85,7 +86,7 @@ def test_a_round_that_must_drain_does_so_under_keep() -> None:
         running = asyncio.create_task(_request(gate, done, [], "first"))
         await asyncio.sleep(0)
         begun = asyncio.create_task(gate.begin(drain=True))
-        await asyncio.sleep(0.01)
+        await settle()
         assert not begun.done()
         done.set()
         await begun
@@ -104,10 +105,10 @@ def test_a_failed_round_aborts_the_paused_requests_and_lets_the_held_ones_throug
         gate = UpdateGate(llm, "keep")
         await gate.begin()
         held = asyncio.create_task(_request(gate, asyncio.Event(), log, "held"))
-        await asyncio.sleep(0.01)
+        await settle()
         assert log == []
         await gate.fail()
-        await asyncio.sleep(0.01)
+        await settle()
         assert log == ["held started"], "let through, for the engine to refuse"
         held.cancel()
 
@@ -121,7 +122,7 @@ def test_a_drain_cancelled_part_way_leaves_no_round_behind() -> None:
         stuck = asyncio.create_task(_request(gate, asyncio.Event(), [], "stuck"))
         await asyncio.sleep(0)
         begun = asyncio.create_task(gate.begin())
-        await asyncio.sleep(0.01)
+        await settle()
         begun.cancel()
         with pytest.raises(asyncio.CancelledError):
             await begun
@@ -146,12 +147,12 @@ def test_a_round_inside_another_neither_pauses_nor_resumes_and_requests_wait_for
         await gate.begin()  # the engine goes to sleep
         await gate.begin()  # the weight sync's round
         waiting = asyncio.create_task(_request(gate, asyncio.Event(), log, "held"))
-        await asyncio.sleep(0.01)
+        await settle()
         await gate.end()  # the sync's round ends: still asleep
-        await asyncio.sleep(0.01)
+        await settle()
         assert log == [] and llm.calls == [("pause", "keep")]
         await gate.end()  # awake
-        await asyncio.sleep(0.01)
+        await settle()
         assert log == ["held started"]
         waiting.cancel()
 

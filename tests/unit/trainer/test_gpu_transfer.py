@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests._loop import settle
+
 pytest.importorskip("vllm", reason="the weight sync needs the train extra")
 
 import torch
@@ -281,9 +283,9 @@ def test_a_step_asked_for_during_a_sync_waits_for_it_and_a_first_sync_wakes_noth
 
         await turns.step(step)
         syncing = asyncio.create_task(turns.sync(slow_sync))
-        await asyncio.sleep(0.01)
+        await settle()
         queued = asyncio.create_task(turns.step(step))  # the loop queues the next step
-        await asyncio.sleep(0.01)
+        await settle()
         assert log[-1] == "sync 1 begins", "the engine must not sleep while taking weights"
         synced.set()
         await asyncio.gather(syncing, queued)

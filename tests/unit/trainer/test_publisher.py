@@ -9,6 +9,7 @@ import pytest
 
 from agenthub.trainer._publisher import WeightPublisher
 from agenthub.trainer._workers import Admission
+from tests._loop import settle
 
 
 class _Cluster:
@@ -42,7 +43,7 @@ def test_the_learner_may_step_again_once_the_weights_are_sent_before_rollouts_ar
         publisher = WeightPublisher(cluster)  # type: ignore[arg-type]
         publisher.publish(1)
         waited = asyncio.create_task(publisher.wait())
-        await asyncio.sleep(0.01)
+        await settle()
         assert not waited.done()
         assert cluster.log == ["send 1"], "nothing admitted before the weights are sent"
         cluster.sent.set()
@@ -50,7 +51,7 @@ def test_the_learner_may_step_again_once_the_weights_are_sent_before_rollouts_ar
         assert publisher.sync_s == 0.5
         assert cluster.log == ["send 1", "sent 1", "admit 1"]
         fully = asyncio.create_task(publisher.wait(admitted=True))
-        await asyncio.sleep(0.01)
+        await settle()
         assert not fully.done()
         cluster.admitted.set()
         await asyncio.wait_for(fully, 1)
@@ -68,7 +69,7 @@ def test_a_failed_admission_stops_the_run_where_a_failed_sync_does() -> None:
         await publisher.publish(1)
         publisher.check()  # still running: nothing to say
         cluster.admitted.set()
-        await asyncio.sleep(0.01)
+        await settle()
         with pytest.raises(RuntimeError, match="admission gate died"):
             publisher.check()
         assert await publisher.settle(1.0)
