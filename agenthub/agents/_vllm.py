@@ -56,6 +56,12 @@ def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
 # resource tracker, which ends by itself once its owner is gone, after it removes the named
 # semaphores the owner leaked into /dev/shm) until the owner says on its stdin that the engine
 # is `up`, or that its start `failed`: then it kills them at once.
+ENGINE_EXIT_S = 60.0
+"""How long the engine core may take to exit once told to, before vLLM kills it: its own
+default, 5 s, is outlasted on a busy machine, and a killed engine core leaves a named
+semaphore behind, which Python's resource tracker reports on stderr at exit. It exits in
+about a second on a quiet one."""
+
 _WATCHDOG = """
 import os, select, signal, sys, time
 import psutil
@@ -594,7 +600,7 @@ class VLLMEngine(InferenceEngine):
         if not self._closed:
             self._closed = True
             atexit.unregister(self._at_exit)
-            self._llm.shutdown()
+            self._llm.shutdown(timeout=ENGINE_EXIT_S)
             self._watchdog.stop()  # the engine's processes are gone; nothing is left to reap
             # Dropped now, while the interpreter is whole: AsyncLLM.__del__ shuts down again
             # and fails noisily if it only runs at interpreter exit.

@@ -23,7 +23,7 @@ brought the change (each read from that release's source; `VERSION` picks the br
 The same in every series, so without a branch: the worker-side `WeightTransferEngine`, the
 `nccl` worker's rendezvous and `nccl_common.trainer_init`, the packed NCCL producer, the
 `ipc` backend's unpacked update info (0.26's extra `packed` field defaults to False),
-`AsyncLLM`'s `pause_generation(mode=, clear_cache=)` / `resume_generation`,
+`AsyncLLM`'s `pause_generation(mode=, clear_cache=)` / `resume_generation`, `shutdown(timeout=)`,
 `reset_prefix_cache`, `sleep(level)` / `wake_up(tags)`, `collective_rpc`,
 `finish_weight_update()` (0.27 added an optional `weight_version`), the engine arguments
 agenthub sets, `SamplingParams`, `EngineDeadError` and the engine core's entry point.
