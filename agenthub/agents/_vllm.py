@@ -49,13 +49,6 @@ def _write_weights(model_dir: str, state_dict: Mapping[str, Any]) -> str:
     return folder
 
 
-# Runs in its own process: waits for the engine's owner to die, then kills what the owner
-# left behind. vLLM's engine core outlives an owner killed with SIGKILL (or by Ray when a
-# driver dies), during its start-up too, and would go on holding memory and cores. Started
-# before the engine, it takes note of each process the owner starts (but multiprocessing's
-# resource tracker, which ends by itself once its owner is gone, after it removes the named
-# semaphores the owner leaked into /dev/shm) until the owner says on its stdin that the engine
-# is `up`, or that its start `failed`: then it kills them at once.
 ENGINE_EXIT_S = 30.0
 """How long the engine core may take to exit once told to, before vLLM kills it. Its own
 default, 5 s, is about what the engine core's exit takes on a quiet CPU machine (its final
@@ -63,6 +56,13 @@ garbage collection, ~4.5 s), so a busy machine outlasts it, and a killed engine 
 a named semaphore behind, which Python's resource tracker reports on stderr at exit. Only an
 engine core that hangs as it exits makes a close wait this long."""
 
+# Runs in its own process: waits for the engine's owner to die, then kills what the owner
+# left behind. vLLM's engine core outlives an owner killed with SIGKILL (or by Ray when a
+# driver dies), during its start-up too, and would go on holding memory and cores. Started
+# before the engine, it takes note of each process the owner starts (but multiprocessing's
+# resource tracker, which ends by itself once its owner is gone, after it removes the named
+# semaphores the owner leaked into /dev/shm) until the owner says on its stdin that the engine
+# is `up`, or that its start `failed`: then it kills them at once.
 _WATCHDOG = """
 import os, select, signal, sys, time
 import psutil

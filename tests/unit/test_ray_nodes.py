@@ -47,7 +47,7 @@ class Nodes:
         self, address: str, processes: dict[str, subprocess.Popen[bytes]], gone: list[str]
     ) -> tuple[dict[str, str], list[str], str]:
         self.gone = gone
-        ended = [name for name, p in processes.items() if p.poll() is not None]
+        ended = _ray_nodes._ended(processes)
         ids = {HEAD: "h"} | ({} if SECOND in ended else {SECOND: f"s{len(self.started)}"})
         return ids, ended, "probe output"
 

@@ -18,6 +18,7 @@ from agenthub.trainer._cluster import ClusterNews, Lost, Replaced
 from agenthub.trainer._config import HeldOutConfig, TrainConfig
 from agenthub.trainer._learner import MODEL_CHECKPOINT
 from agenthub.trainer._workers import WorkerStats
+from tests._loop import settle
 
 
 def trajectory(score: float, version: int, error: bool = False) -> Trajectory:
@@ -293,7 +294,6 @@ class SlowLearner(FakeCluster):
 
     async def learn(self, batch: TrainBatch) -> dict[str, float]:
         self.learning = True
-        for _ in range(20):
-            await asyncio.sleep(0)
+        await settle(20)
         self.learning = False
         return await super().learn(batch)

@@ -16,6 +16,7 @@ pytest.importorskip("torch", reason="the trainer needs the train extra")
 from agenthub.trainer import Trainer
 from agenthub.trainer._config import TrainConfig, load_config
 from agenthub.trainer._metrics import read_metrics
+from tests._loop import settle
 
 from ._fakes import FakeCluster, ProcessDied
 from .test_trainer_loop import SMALL
@@ -39,8 +40,7 @@ class _InOrderLearner(FakeCluster):
         self.log.append(f"{what} asked")
         async with self.turn:
             self.log.append(f"{what} began")
-            for _ in range(10):
-                await asyncio.sleep(0)
+            await settle(10)
             try:
                 return await call()
             finally:
