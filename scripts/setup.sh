@@ -3,7 +3,7 @@
 # Usage: scripts/setup.sh [--light]   (or AGENTHUB_SETUP=light)
 #   --light       only `-e .[dev,view]`: no torch, vLLM, Ray or DeepSpeed (enough to write environments)
 #   AGENTHUB_VENV where the venv goes (default .venv); AGENTHUB_PYTHON the interpreter (python3)
-# Safe to run again: the install steps are skipped while pyproject.toml and this script are unchanged
+# Safe to run again: the installs are skipped while pyproject.toml and the set-up scripts are unchanged
 # (delete $AGENTHUB_VENV/.agenthub-setup-stamp to force them).
 set -euo pipefail
 
@@ -97,7 +97,7 @@ if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
 else
     rm -f "$stamp"
     if [[ $mode == full ]]; then
-        # First and alone: with torch already there pip keeps it. Asked for through another
+        # First and alone: with torch already there uv and pip keep it. Asked for through another
         # package, pip would pick a CUDA build of several GB instead of the CPU wheel on disk.
         log "installing torch (CPU build)"
         install 'torch==2.13.0+cpu' \
