@@ -28,7 +28,7 @@ def _script() -> ModuleType:
 uv_install = _script()
 
 LISTED = """:env:.default-timeout='180'
-:env:.find-links='/opt/wheels'
+:env:.find-links='/srv/wheels'
 global.cert='/etc/ssl/certs/ca-certificates.crt'
 global.constraint='/etc/pip/constraints.txt'
 global.extra-index-url='file:///srv/a/simple file:///srv/b/simple'
@@ -41,7 +41,7 @@ user.trusted-host='example'
 
 def test_pip_s_variables_win_over_its_files_and_unknown_keys_are_left_out() -> None:
     config = uv_install.parse_config(LISTED)
-    assert config["find-links"] == "/opt/wheels", "PIP_FIND_LINKS over the file's"
+    assert config["find-links"] == "/srv/wheels", "PIP_FIND_LINKS over the file's"
     assert config["timeout"] == "180" and config["cert"].endswith("ca-certificates.crt")
     assert "trusted-host" not in config, "a scope pip does not read for install"
 
@@ -55,7 +55,7 @@ def test_uv_gets_every_index_find_links_constraint_and_the_ca_bundle() -> None:
     assert "--compile-bytecode" in options, "as pip does"
     assert ("--extra-index-url", "file:///srv/a/simple") in pairs
     assert ("--extra-index-url", "file:///srv/b/simple") in pairs
-    assert ("--find-links", "/opt/wheels") in pairs and "/srv/old-wheels" not in options
+    assert ("--find-links", "/srv/wheels") in pairs and "/srv/old-wheels" not in options
     assert ("--constraint", "/etc/pip/constraints.txt") in pairs
     assert "--no-index" not in options and "--progress-bar" not in options
     assert variables == {
