@@ -72,8 +72,11 @@ def test_no_index_is_handed_on() -> None:
 @pytest.mark.integration
 def test_uv_under_this_machine_s_pip_config_picks_the_versions_the_set_up_installed() -> None:
     """The real uv under the real `pip config list` of this venv resolves agenthub's full set
-    to the versions installed: what it would add are only the packages the set-up removes on
-    purpose (torchvision and co.), and agenthub itself, which uv reinstalls as editable."""
+    and would move no installed package: what it would add are only the packages the set-up
+    removes on purpose (torchvision and co.), and agenthub itself, which uv reinstalls as
+    editable. uv keeps what is installed, so this shows that the set-up's uv runs under this
+    machine's configuration, not that uv's choice equals pip's: that was checked once against
+    pip's `--dry-run --report` in a fresh venv (docs/development.md's set-up figures)."""
     from importlib.metadata import PackageNotFoundError, version
 
     command, variables = uv_install.uv_command(
