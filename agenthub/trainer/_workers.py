@@ -432,14 +432,15 @@ class LearnerWorker:
 
     def send_weights(self, version: int) -> float:
         """Broadcast the policy to every engine as `version` from rank 0; the other ranks
-        take part in gathering it under ZeRO-3. Returns the seconds it took."""
-        from agenthub.trainer._weight_sync import LearnerSource
-
+        take part in gathering it under ZeRO-3. Returns the seconds it took. Another rank
+        under ZeRO-2 imports nothing of vLLM (seconds of CPU and memory in each rank)."""
         started = time.perf_counter()
         if self.rank == 0:
             self.client.version = version
             self.sender.send_weights()
         elif self.learner.config.zero_stage == 3:
+            from agenthub.trainer._weight_sync import LearnerSource
+
             for _ in LearnerSource(self.learner.policy, zero3=True):
                 pass
         return time.perf_counter() - started

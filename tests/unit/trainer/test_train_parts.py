@@ -12,8 +12,10 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -42,7 +44,7 @@ from agenthub.trainer._loop import Trainer
 from agenthub.trainer._metrics import MetricsLog, plot_rewards, read_metrics
 from agenthub.trainer._preflight import check_env
 from agenthub.trainer._rundir import CheckpointState, RunDirectory, disk_full
-from agenthub.trainer._workers import Admission, task_stream
+from agenthub.trainer._workers import Admission, LearnerWorker, task_stream
 
 from ._fakes import FakeCluster, held_out_summary
 from ._fakes import trajectory as _trajectory
@@ -238,6 +240,24 @@ def test_admission_holds_rollouts_within_max_staleness_versions() -> None:
         assert gate.stats() == {"started": 7, "discarded": 1, "version": 1}
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("zero_stage", [2, 3])
+def test_only_a_rank_that_gathers_weights_imports_the_weight_sync(
+    zero_stage: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A learner rank other than 0 takes part in a weight sync only by gathering under ZeRO-3;
+    under ZeRO-2 it does not import the weight sync, and with it vLLM (seconds of CPU in every
+    such rank of a run)."""
+    monkeypatch.setitem(sys.modules, "agenthub.trainer._weight_sync", None)  # import fails
+    rank = object.__new__(LearnerWorker)
+    rank.rank = 1
+    rank.learner = SimpleNamespace(config=SimpleNamespace(zero_stage=zero_stage), policy=None)
+    if zero_stage == 3:
+        with pytest.raises(ImportError):
+            rank.send_weights(1)
+    else:
+        assert rank.send_weights(1) >= 0.0
 
 
 def test_synchronous_admission_starts_exactly_one_batch_per_version() -> None:
