@@ -60,8 +60,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             groups[item.nodeid] = "vllm_serve_and_hub_venvs"
         elif item.path in BUSY_TRAINING_RUNS:
             groups[item.nodeid] = "busy_training_runs"
+        elif _uses_a_module_fixture(item):
+            groups[item.nodeid] = f"module {item.path}"
     items.sort(key=lambda item: _turn_order(item, groups))
     write_groups(folder, groups)
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether an integration test uses a module-scoped fixture (a fresh venv, a browser, a
+    Ray cluster): its module's tests then run on one worker, which builds it once, where the
+    two workers would each build it for their share of the module's tests. A plugin's own
+    (anyio's `anyio_backend`, defined nowhere in tests/) costs nothing and does not count."""
+    if not item.get_closest_marker("integration"):
+        return False
+    definitions = item._fixtureinfo.name2fixturedefs.values()  # type: ignore[attr-defined]
+    return any(d.scope == "module" and d.baseid for chain in definitions for d in chain)
 
 
 def _turn_order(item: pytest.Item, groups: dict[str, str]) -> int:
