@@ -254,10 +254,11 @@ class Trainer:
     async def _session(
         self, parts: Parts, state: CheckpointState | None, start: _Start, held: int
     ) -> RunSummary:
-        """Start the cluster, restore the checkpoint or evaluate the starting policy, and
-        train; a run stopped during start-up returns at once (nothing learned to save). The
-        `held` groups carried into it hold their places in the admission gate before rollouts
-        start."""
+        """Start the cluster, restore the checkpoint, evaluate the starting policy (unless a
+        session before did: a run that stopped at step 0 with `eval.every=0`, resumed with
+        evaluations, has none yet), and train; a run stopped during start-up returns at once
+        (nothing learned to save). The `held` groups carried into it hold their places in the
+        admission gate before rollouts start."""
         cluster, cfg = parts.cluster, self.config
         self.log(f"starting {cfg.ray.rollout_workers} rollout worker(s) and the learner")
         if not await self.control.unless_stopped(cluster.start()):
@@ -268,7 +269,7 @@ class Trainer:
             await parts.checkpointer.restore(state)
             await parts.publisher.publish_now(state.step)
             self.log(f"resumed from {state.tag} (policy version {state.step})")
-        elif cfg.eval.every:
+        if cfg.eval.every and start.step == 0 and not self.held_out.count:
             self.log("evaluating the starting policy on held-out tasks")
             if not await self.control.unless_stopped(parts.evaluator.evaluate(0)):
                 return self._summary(start.step, start.elapsed_s)

@@ -138,6 +138,39 @@ def test_failed_groups_stop_the_run_with_their_error_once_checkpointed(tmp_path:
     assert trainer.control.reason is not None and trainer.control.reason.kind == "failed_groups"
 
 
+def test_a_run_resumed_at_step_0_without_evaluations_evaluates_the_starting_policy(
+    tmp_path: Path,
+) -> None:
+    """A run that stopped before its first step without evaluations (every episode failed,
+    `eval.every=0`) left a checkpoint of step 0; resumed with evaluations, it evaluates the
+    starting policy first. (A run resumed after a later step does not:
+    `test_a_resumed_run_goes_on_from_its_checkpoint`.)"""
+
+    def failing(version: int) -> list[list[object]]:
+        return [[trajectory(1.0, version, error=True), trajectory(0.0, version, error=True)]]
+
+    broken, _, _, _ = _train(
+        tmp_path, "run.max_steps=3", "eval.every=0", "run.max_failed_groups=2", groups=failing
+    )
+    with pytest.raises(AgentHubError, match="all ended in errors"):
+        broken.run()
+    state = RunDirectory(tmp_path).state()
+    assert state is not None and state.step == 0 and _evaluated(tmp_path) == []
+
+    stopped: list[Trainer] = []
+    fixed, _, said, _ = _train(
+        tmp_path,
+        "run.max_steps=3",
+        "eval.every=2",
+        resume=True,
+        on_learn=lambda _: stopped[0].stop(),
+    )
+    stopped.append(fixed)
+    fixed.run()
+    assert "evaluating the starting policy on held-out tasks" in said
+    assert _evaluated(tmp_path) == [0]
+
+
 class _SlowLearner(SlowLearner):
     """Counts the groups the driver takes off the queue while the learner trains."""
 
