@@ -15,7 +15,8 @@ run while they do.
   workers wrote at collection (`write_groups`), in the order of their collection (longest
   first): the `alone` tests as one unit; the modules whose tests use a session fixture each
   worker would build for itself (the `vllm serve`, the hub venvs) as one unit, so it is built
-  once; every other test on its own."""
+  once; the busy training runs as one unit; each module with a module-scoped fixture of its
+  own as one unit (tests/conftest.py); every other test on its own."""
 
 from __future__ import annotations
 
