@@ -443,15 +443,15 @@ def _processes(out: Path) -> dict[str, list[int]]:
 
 
 BROKEN = ["rollout.env_step_timeout_s=0.001", "run.max_failed_groups=3"]
+# The fix, and on the bubblewrap sandbox: Ray's default event loop (uvloop) could not start its
+# programs, so every episode failed there too.
 FIXED_ON_BWRAP = ["rollout.env_step_timeout_s=60", "env_kwargs.backend=bwrap"]
 
 
 def _broken_env_stops_the_run(out: Path) -> None:
     """A run in `out` whose every episode fails stops with its error and says how to go on.
     (Every episode failing used to leave the run waiting for a usable group forever, with
-    nothing on the screen but "starting".) Its resume is fixed, and on the bubblewrap sandbox:
-    Ray's default event loop (uvloop) could not start its programs, so every episode failed
-    there too."""
+    nothing on the screen but "starting".)"""
     broken = _complete(out, "--env", "code_exec", "--steps", "2", *SMALL, "eval.every=0", *BROKEN)
     assert broken.returncode == 1, broken.stdout[-3000:] + broken.stderr[-3000:]
     # Groups come off the queue up to two at a time, so the count may pass the limit of 3.
